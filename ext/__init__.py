@@ -1,0 +1,21 @@
+"""ext: kernel candidates, an op-strategy registry and autotuning for Apache TVM 0.27.
+
+Public API::
+
+    import ext
+    ex = ext.build(mod, ext.target.cpu(), report="report.json")
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+
+Importing ``ext`` sets ``TVM_NUM_THREADS`` to the usable core count unless it
+is already set (TVM 0.27 would otherwise use half the logical CPUs on x86).
+"""
+from . import target  # noqa: E402
+
+target.configure_threads()
+
+from . import strategies  # noqa: E402
+from .workload import Workload  # noqa: E402
+from .pipeline import build, last_report, pipeline  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["build", "pipeline", "last_report", "target", "strategies", "Workload", "__version__"]

@@ -1,0 +1,116 @@
+"""The ``ext`` compilation pipeline and ``ext.build``.
+
+Stages (a flat, named sequence)::
+
+    Canonicalize       DecomposeOpsForInference, FoldConstant, CSE, DCE
+    FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
+    LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report
+    FoldConstant       weight packing of constants happens here, at compile time
+    stock legalize     LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
+    FallbackSchedule   ext's CPU fallback / dlight on CUDA for unscheduled kernels
+    stock lowering     dataflow lowering and VM finalization
+
+``relax.build(mod, target, relax_pipeline="ext")`` works after ``import ext``.
+"""
+from __future__ import annotations
+
+import os
+
+import tvm
+from tvm import relax
+
+from . import relax_passes as rp
+from .strategies.report import SelectionReport
+from .strategies.select import Selector
+from .target import describe, normalize
+
+_LAST: dict = {"report": None}
+
+
+def _backend(target):
+    if target.kind.name == "cuda":
+        from tvm.relax.backend.cuda import pipeline as backend
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline as backend
+    return backend
+
+
+def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = None, libraries: bool = True,
+             history=None, model=None) -> tvm.transform.Pass:
+    """The ext pipeline as a Relax module pass.
+
+    Parameters
+    ----------
+    target : the target (defaults to ``Target.current()`` when the pass runs).
+    tuning_log : path of a JSONL tuning log; its best records pick kernels.
+    report : a ``SelectionReport`` to fill (a fresh one otherwise; see ``last_report()``).
+    libraries : allow vendor-library candidates.
+    """
+
+    def run(mod, _ctx):
+        tgt = normalize(target if target is not None else tvm.target.Target.current())
+        hist, mdl = history, model
+        if tuning_log is not None and hist is None:
+            from .tuning.apply import load_history
+
+            hist, mdl = load_history(tuning_log, tgt, model=mdl)
+        if hist is None:
+            from .tuning.apply import current_history
+
+            hist, mdl = current_history(tgt, hist, mdl)
+        rep = report if report is not None else SelectionReport(describe(tgt))
+        _LAST["report"] = rep
+        selector = Selector(tgt, history=hist, model=mdl, libraries=libraries)
+        backend = _backend(tgt)
+        with tgt:
+            seq = tvm.transform.Sequential(
+                [rp.Canonicalize(), rp.FuseEpilogues(), rp.LowerToCandidates(selector, rep),
+                 relax.transform.FoldConstant()]
+                + backend.legalize_passes(tgt)
+                + [rp.FallbackSchedule(tgt)]
+                + backend.dataflow_lower_passes(tgt)
+                + backend.finalize_passes(tgt), name="ext.pipeline")
+            return seq(mod)
+
+    return tvm.transform.module_pass(run, opt_level=0, name="ext.pipeline")
+
+
+@relax.register_pipeline("ext")
+def _registered_pipeline(**kwargs):
+    return pipeline(**kwargs)
+
+
+def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.PathLike | None = None,
+          libraries: bool = True):
+    """Compile a Relax module with ext's kernels.
+
+    Parameters
+    ----------
+    mod : the Relax IRModule (weights bound as constants get pre-packed at compile time).
+    target : ``ext.target.cpu()`` (default), ``ext.target.cuda(...)``, a Target or a dict.
+    tuning_log : JSONL tuning log whose best records override the heuristics.
+    report : path to write the selection report JSON to.
+    libraries : allow vendor-library candidates.
+
+    Returns
+    -------
+    A ``tvm.runtime.Executable``; run it with ``relax.VirtualMachine(ex, dev)``.
+    ``ext.last_report()`` returns the ``SelectionReport`` of this build.
+
+    Example
+    -------
+    >>> ex = ext.build(mod, ext.target.cpu(), report="report.json")  # doctest: +SKIP
+    """
+    from .target import cpu
+
+    tgt = normalize(target) if target is not None else cpu()
+    rep = SelectionReport(describe(tgt))
+    ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
+    if report is not None:
+        rep.save(report)
+    return ex
+
+
+def last_report() -> SelectionReport | None:
+    """The selection report of the most recent ext build in this process."""
+    return _LAST["report"]

@@ -1,0 +1,84 @@
+"""Anchor op families: the Relax pattern of each anchor and how a matched
+composite becomes a ``Workload`` plus the arguments of its kernel.
+
+A family module calls :func:`register_family` once. ``fuse_epilogue`` builds
+its patterns from every family; ``lower_to_candidates`` asks the family named
+by a composite to extract the workload.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from tvm import relax
+
+from ...workload import ACTIVATIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one anchor op is matched and described.
+
+    anchors : ``[(variant, pattern_factory)]``; each factory returns
+        ``(pattern, annotations)`` with annotations ``"anchor"`` and the anchor's inputs.
+    check : ``(variant, annotated exprs) -> bool``, rejects matches the family can't describe.
+    extract : ``(Composite) -> (Workload, [relax args], post) | None``; ``post`` maps the
+        kernel's output expression back to the original result (e.g. a reshape), or is None.
+    """
+
+    name: str
+    anchors: list
+    check: Callable
+    extract: Callable
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(family: Family) -> Family:
+    if family.name in FAMILIES:
+        raise ValueError(f"op family {family.name!r} is already registered")
+    FAMILIES[family.name] = family
+    return family
+
+
+@dataclasses.dataclass
+class Composite:
+    """A matched composite call: its function, the outer arguments and the body's op chain."""
+
+    name: str  # "ext.matmul_bias_relu"
+    func: relax.Function
+    args: list  # outer relax expressions, positionally matching func.params
+    calls: list  # the body's relax.Call values in order
+
+    def outer(self, expr):
+        """The outer argument bound to a parameter of the composite (or None)."""
+        for p, a in zip(self.func.params, self.args):
+            if expr.same_as(p):
+                return a
+        return None
+
+    @property
+    def epilogue(self) -> tuple:
+        parts = self.name.split(".", 1)[1].split("_")[1:]
+        out, i = [], 0
+        while i < len(parts):  # "gelu_tanh" is one activation
+            if i + 1 < len(parts) and f"{parts[i]}_{parts[i + 1]}" in ACTIVATIONS:
+                out.append(f"{parts[i]}_{parts[i + 1]}")
+                i += 2
+            else:
+                out.append(parts[i])
+                i += 1
+        return tuple(out)
+
+
+def static_shape(expr) -> tuple:
+    """Shape of a tensor expression: ints where static, strings where symbolic."""
+    return tuple(int(d) if hasattr(d, "value") else str(d) for d in expr.ty.shape)
+
+
+def dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+from . import matmul  # noqa: E402,F401  (registers the family)

@@ -1,0 +1,74 @@
+"""Compile and run one candidate on its own (tests, benchmarks, the tuner).
+
+``CompiledCandidate`` holds the kernel and its input transforms (e.g. weight
+packing) built for one (workload, config, target); ``run`` takes NumPy inputs
+in the workload's call order and returns the NumPy output, ``timer`` returns a
+callable timing the kernel alone (transforms of constant inputs are done once,
+as the pipeline folds them at compile time).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm.target import Target
+
+from .strategies.registry import Candidate
+from .tir_schedules.common import param_shape
+from .workload import Workload
+
+
+def _out_shape(wl: Workload):
+    out = wl.attr("out_shape")
+    if out is None:
+        raise ValueError(f"workload {wl.key} has no out_shape attr")
+    return tuple(out)
+
+
+class CompiledCandidate:
+    def __init__(self, cand: Candidate, wl: Workload, config, target: Target):
+        self.cand, self.wl, self.config, self.target = cand, wl, config, target
+        self.kernel = tvm.compile(cand.build(wl, config, target).with_attr("global_symbol", "kernel"), target=target)
+        self.transforms = {i: tvm.compile(f.with_attr("global_symbol", "transform"), target=target)
+                           for i, f in cand.input_transforms(wl, config, target).items()}
+        self.dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda(0)
+
+    def prepare(self, inputs) -> list:
+        """NumPy inputs -> device tensors in the kernel's layout (transforms applied)."""
+        args = []
+        for i, x in enumerate(inputs):
+            t = tvm.runtime.tensor(np.ascontiguousarray(x), self.dev)
+            if i in self.transforms:
+                fn = self.transforms[i]
+                shape = [int(d) for d in _transform_out_shape(self.cand, self.wl, self.config, self.target, i)]
+                dst = tvm.runtime.empty(shape, x.dtype, self.dev)
+                fn["transform"](t, dst)
+                t = dst
+            args.append(t)
+        return args
+
+    def run(self, inputs) -> np.ndarray:
+        args = self.prepare(inputs)
+        out = tvm.runtime.empty(_out_shape(self.wl), self.wl.out_dtype, self.dev)
+        self.kernel["kernel"](*args, out)
+        return out.numpy()
+
+    def timer(self, inputs, number: int = 10, repeat: int = 3):
+        args = self.prepare(inputs)
+        out = tvm.runtime.empty(_out_shape(self.wl), self.wl.out_dtype, self.dev)
+        f = self.kernel.mod.time_evaluator("kernel", self.dev, number=number, repeat=repeat)
+        return lambda: f(*args, out).median
+
+
+def _transform_out_shape(cand, wl, config, target, index):
+    return param_shape(cand.input_transforms(wl, config, target)[index], -1)
+
+
+def random_inputs(wl: Workload, seed: int = 0, low: float = -1.0, high: float = 1.0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for s, d in zip(wl.shapes, wl.dtypes):
+        if "int" in d:
+            out.append(rng.integers(-8, 8, size=s).astype(d))
+        else:
+            out.append(rng.uniform(low, high, size=s).astype(d))
+    return out

@@ -1,0 +1,258 @@
+"""Candidate table for the matmul family (CPU).
+
+Workload convention (built by ``relax_passes.lower_to_candidates``): inputs
+``a`` ``(M, K)`` (or batched), ``b`` ``(K, N)`` or ``(N, K)`` when attr
+``transpose_b``; then the epilogue's tensors (bias, residual). Attrs:
+``transpose_b``, ``b_const`` (b is a compile-time constant, so layout changes
+of b are free) and ``out_shape``.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import te
+
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cpu import matmul as cpu_sched
+from ..tir_schedules.cpu.matmul import DotConfig, TileConfig
+from ..topi_kernels import matmul as mm
+from ..workload import Workload
+from .registry import PLEVEL, Candidate, register
+
+#: below this many flops the direct kernel wins: packing and threading overheads dominate
+SMALL_FLOPS = 2 ** 21
+
+
+def dims(wl: Workload) -> tuple[int, int, int]:
+    """(M, N, K) of a 2-D matmul workload."""
+    a, b = wl.shapes[0], wl.shapes[1]
+    n = b[0] if wl.attr("transpose_b") else b[1]
+    return a[0], n, a[1]
+
+
+def _placeholders(wl: Workload, b_shape=None, b_dtype=None):
+    names = ["A", "B"] + [f"E{i}" for i in range(len(wl.shapes) - 2)]
+    shapes = list(wl.shapes)
+    dtypes = list(wl.dtypes)
+    if b_shape is not None:
+        shapes[1], dtypes[1] = b_shape, b_dtype or dtypes[1]
+    return [te.placeholder(tuple(mm._i64(d) for d in s), dtype=dt, name=n) for n, s, dt in zip(names, shapes, dtypes)]
+
+
+def _check_common(wl: Workload, target, two_d: bool = True) -> str | None:
+    if any(d != "float32" for d in wl.dtypes) or wl.out_dtype != "float32":
+        return f"float32 only, got {'/'.join(sorted(set(wl.dtypes)))} -> {wl.out_dtype}"
+    if two_d and (len(wl.shapes[0]) != 2 or len(wl.shapes[1]) != 2):
+        return "needs 2-D operands (batched shapes go to matmul.batch)"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    return None
+
+
+def _lanes(target) -> int:
+    return cpu_info(target).lanes_f32
+
+
+def _b_layout(wl: Workload) -> str:
+    return "nk" if wl.attr("transpose_b") else "kn"
+
+
+# -- matmul.direct -----------------------------------------------------------------------------
+
+def _direct_check(wl, target):
+    return _check_common(wl, target)
+
+
+def _direct_suits(wl, target):
+    if wl.flops > SMALL_FLOPS:
+        return f"{wl.flops / 1e6:.1f} MFLOP is above the {SMALL_FLOPS / 1e6:.1f} MFLOP small-problem bound"
+    return None
+
+
+def _tile_space(wl, target, nbs=(16, 32, 48, 64, 96), mbs=(1, 2, 4, 6, 8)):
+    M, N, _ = dims(wl)
+    lanes = _lanes(target)
+    out = []
+    for nb in nbs:
+        if nb % lanes or nb > max(lanes, mm.ceil_to(N, lanes)):
+            continue
+        for mb in mbs:
+            if mb > max(1, M):
+                continue
+            for par in ("panels", "tiles"):
+                out.append(TileConfig(mb=mb, nb=nb, parallel=par))
+    return out
+
+
+def _tile_default(wl, target, nb_max: int = 64):
+    M, N, K = dims(wl)
+    lanes = _lanes(target)
+    nb = min(nb_max, mm.ceil_to(N, lanes))
+    mb = min(4, M)
+    panels = mm.ceil_to(N, nb) // nb
+    # too few panels to keep every core busy: split row tiles across threads too
+    par = "panels" if panels >= 4 * cpu_info(target).cores else "tiles"
+    return TileConfig(mb=mb, nb=nb, parallel=par)
+
+
+def _direct_build(wl, cfg: TileConfig, target):
+    M, N, K = dims(wl)
+    A, B, *extras = _placeholders(wl)
+    _, D = mm.matmul_tiled(A, B, M=M, N=N, K=K, b_layout=_b_layout(wl), epilogue=wl.epilogue,
+                           extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
+    sch = create_schedule([A, B, *extras, D])
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target))
+    return finish(sch, "matmul.direct")
+
+
+register(Candidate("matmul.direct", ("llvm",), PLEVEL.DIRECT, _direct_check, TileConfig,
+                   space=_tile_space, default=_tile_default, build=_direct_build, suits=_direct_suits))
+
+
+# -- matmul.packed -----------------------------------------------------------------------------
+
+def _packed_check(wl, target):
+    return _check_common(wl, target)
+
+
+def _pack_func(wl, nb, target):
+    M, N, K = dims(wl)
+    B = te.placeholder(tuple(mm._i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="B")
+    Bp = mm.pack_weight(B, N=N, K=K, nb=nb, b_layout=_b_layout(wl))
+    sch = create_schedule([B, Bp])
+    cpu_sched.schedule_pack(sch, _lanes(target))
+    return finish(sch, "matmul.pack")
+
+
+def _packed_shape(wl, nb):
+    M, N, K = dims(wl)
+    return (mm.ceil_to(N, nb) // nb, K, nb)
+
+
+def _packed_build(wl, cfg: TileConfig, target):
+    M, N, K = dims(wl)
+    A, Bp, *extras = _placeholders(wl, b_shape=_packed_shape(wl, cfg.nb))
+    _, D = mm.matmul_tiled(A, Bp, M=M, N=N, K=K, b_layout="packed", nb=cfg.nb, epilogue=wl.epilogue,
+                           extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
+    sch = create_schedule([A, Bp, *extras, D])
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target))
+    return finish(sch, "matmul.packed")
+
+
+def _packed_suits(wl, target):
+    M, N, _ = dims(wl)
+    if min(M, N) == 1:
+        return "matrix-vector shape: a GEMV streams the weight once without packing"
+    if wl.flops <= SMALL_FLOPS:
+        return f"{wl.flops / 1e6:.2f} MFLOP: too small for panels to pay off"
+    return None
+
+
+register(Candidate("matmul.packed", ("llvm",), PLEVEL.BLOCKED, _packed_check, TileConfig,
+                   space=_tile_space, default=_tile_default, build=_packed_build, suits=_packed_suits,
+                   transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)}))
+
+
+# -- matmul.gemv -------------------------------------------------------------------------------
+
+def _gemv_check(wl, target):
+    reason = _check_common(wl, target)
+    if reason:
+        return reason
+    M, N, _ = dims(wl)
+    return None if min(M, N) == 1 else f"not a matrix-vector product (M={M}, N={N})"
+
+
+def _gemv_form(wl) -> str:
+    """``dot`` when the reduction axis is contiguous in the big operand, else ``panel``."""
+    M, N, _ = dims(wl)
+    if N == 1 and M > 1:
+        return "dot"
+    return "dot" if (wl.attr("transpose_b") and not wl.attr("b_const")) else "panel"
+
+
+def _gemv_space(wl, target):
+    lanes = _lanes(target)
+    if _gemv_form(wl) == "dot":
+        return [DotConfig(rows=r, lanes=lanes * u) for r in (1, 2, 4, 8) for u in (1, 2)]
+    return [TileConfig(mb=1, nb=nb, parallel="panels") for nb in (lanes, 2 * lanes, 4 * lanes, 8 * lanes)]
+
+
+def _gemv_default(wl, target):
+    lanes = _lanes(target)
+    if _gemv_form(wl) == "dot":
+        return DotConfig(rows=4, lanes=lanes)
+    M, N, K = dims(wl)
+    return TileConfig(mb=1, nb=min(4 * lanes, mm.ceil_to(N, lanes)), parallel="panels")
+
+
+def _gemv_build(wl, cfg, target):
+    M, N, K = dims(wl)
+    if isinstance(cfg, DotConfig):
+        A, B, *extras = _placeholders(wl)
+        big, vec, rows = (A, B, M) if N == 1 and M > 1 else (B, A, N)
+        _, D = mm.gemv_dot(big, vec, rows=rows, K=K, epilogue=wl.epilogue, extras=extras,
+                           out_dtype=wl.out_dtype, out_shape=(M, N))
+        sch = create_schedule([A, B, *extras, D])
+        cpu_sched.schedule_dot(sch, cfg)
+        return finish(sch, "matmul.gemv")
+    return _packed_build(wl, cfg, target).with_attr("ext.kernel", "matmul.gemv")
+
+
+def _gemv_transforms(wl, cfg, target):
+    return {1: _pack_func(wl, cfg.nb, target)} if isinstance(cfg, TileConfig) else {}
+
+
+class _GemvConfig:
+    """Config factory: a ``DotConfig`` or ``TileConfig`` from its fields."""
+
+    def __new__(cls, **fields):
+        return DotConfig(**fields) if "rows" in fields else TileConfig(**fields)
+
+
+register(Candidate("matmul.gemv", ("llvm",), PLEVEL.SPECIALIZED, _gemv_check, _GemvConfig,
+                   space=_gemv_space, default=_gemv_default, build=_gemv_build, transforms=_gemv_transforms))
+
+
+# -- matmul.batch ------------------------------------------------------------------------------
+
+def _batch_check(wl, target):
+    reason = _check_common(wl, target, two_d=False)
+    if reason:
+        return reason
+    if max(len(wl.shapes[0]), len(wl.shapes[1])) < 3 or min(len(wl.shapes[0]), len(wl.shapes[1])) < 2:
+        return "needs a batched operand (3-D or more) and no 1-D operand"
+    return None
+
+
+def _batch_dims(wl):
+    out = wl.attr("out_shape")
+    return out[-2], out[-1], wl.shapes[0][-1], math.prod(out[:-2])
+
+
+def _batch_default(wl, target):
+    M, N, K, nbatch = _batch_dims(wl)
+    lanes = _lanes(target)
+    return TileConfig(mb=min(4, M), nb=min(64, mm.ceil_to(N, lanes)), parallel="panels")
+
+
+def _batch_space(wl, target):
+    M, N, K, _ = _batch_dims(wl)
+    lanes = _lanes(target)
+    return [TileConfig(mb=mb, nb=nb, parallel="panels") for nb in (16, 32, 64) if nb % lanes == 0
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 4, 6, 8) if mb <= max(M, 1)]
+
+
+def _batch_build(wl, cfg: TileConfig, target):
+    A, B, *extras = _placeholders(wl)
+    out = wl.attr("out_shape")
+    _, D = mm.batch_matmul(A, B, out_shape=out, transpose_b=bool(wl.attr("transpose_b")), epilogue=wl.epilogue,
+                           extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
+    sch = create_schedule([A, B, *extras, D])
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), nbatch=len(out) - 2)
+    return finish(sch, "matmul.batch")
+
+
+register(Candidate("matmul.batch", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
+                   space=_batch_space, default=_batch_default, build=_batch_build))

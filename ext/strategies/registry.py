@@ -1,0 +1,184 @@
+"""The op-strategy registry: kernel candidates per op family and target kind.
+
+A candidate is one table entry (see ``ext/strategies/matmul.py``): a stable
+name ``<op>.<variant>``, the target kinds it serves, a named priority level, a
+predicate that says why it declines a workload, a knob space, a heuristic
+default config, and a builder returning a scheduled PrimFunc. Candidates that
+need their inputs in another layout (packed weights) also return the PrimFuncs
+that transform those inputs; the pipeline folds them at compile time when the
+input is a constant.
+
+Selection order (``select.py``): candidates that apply -> tuning log -> cost
+model -> highest ``plevel`` among those that suit the shape -> table order.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable
+
+from tvm.target import Target
+
+from ..workload import Workload
+
+KNOWN_TARGET_KINDS = ("llvm", "cuda")
+
+
+class PLEVEL:
+    """Named priority levels (higher wins when nothing measured says otherwise)."""
+
+    #: correct for every shape it accepts, no blocking: small problems, odd dtypes
+    DIRECT = 5
+    #: a family's general high-performance kernel (blocked/packed/tiled)
+    BLOCKED = 10
+    #: a kernel specialised to a shape class it accepts only where it wins (GEMV, Winograd)
+    SPECIALIZED = 15
+    #: vendor libraries: strong by default but measured against ours when tuned
+    LIBRARY = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether a candidate takes a workload; falsy with the reason when it declines."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+YES = Verdict(True)
+
+
+def no(reason: str) -> Verdict:
+    return Verdict(False, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One kernel candidate.
+
+    Parameters
+    ----------
+    name : ``"<op>.<variant>"``, stable across registry, logs, reports and tests.
+    targets : target kinds served (``"llvm"``, ``"cuda"``).
+    plevel : a ``PLEVEL`` constant.
+    check : ``(workload, target) -> None`` when it can run the workload, else the reason.
+    config : the knob dataclass (named fields, JSON-able values).
+    space : ``(workload, target) -> list[config]``, the knob space.
+    default : ``(workload, target) -> config``, the heuristic default.
+    build : ``(workload, config, target) -> PrimFunc`` taking the (transformed)
+        inputs in call order and writing the output.
+    transforms : ``(workload, config, target) -> {input index: PrimFunc}``,
+        input layout changes (e.g. weight packing) done before ``build``'s kernel.
+    suits : ``(workload, target) -> None | reason``: a heuristic "not the best
+        choice here" that selection by plevel respects but tuning ignores.
+    version : bump when the kernel changes so old tuning records go stale.
+    """
+
+    name: str
+    targets: tuple
+    plevel: int
+    check: Callable[[Workload, Target], str | None]
+    config: type
+    space: Callable[[Workload, Target], list]
+    default: Callable[[Workload, Target], Any]
+    build: Callable[[Workload, Any, Target], Any]
+    transforms: Callable[[Workload, Any, Target], dict] | None = None
+    suits: Callable[[Workload, Target], str | None] | None = None
+    version: int = 1
+    #: runs only inside this Python process (a packed function registered from Python)
+    needs_python: bool = False
+
+    @property
+    def op(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def applies(self, wl: Workload, target: Target) -> Verdict:
+        kind = target.kind.name
+        if kind not in self.targets:
+            return no(f"serves {'/'.join(self.targets)}, not {kind}")
+        if wl.op != self.op:
+            return no(f"is a {self.op} kernel, not {wl.op}")
+        if not wl.is_static:
+            return no("symbolic shape")
+        reason = self.check(wl, target)
+        return no(reason) if reason else YES
+
+    def suited(self, wl: Workload, target: Target) -> Verdict:
+        reason = self.suits(wl, target) if self.suits else None
+        return no(reason) if reason else YES
+
+    def default_config(self, wl: Workload, target: Target):
+        return self.default(wl, target)
+
+    def input_transforms(self, wl: Workload, config, target: Target) -> dict:
+        return self.transforms(wl, config, target) if self.transforms else {}
+
+    def config_from_dict(self, data: dict):
+        try:
+            return self.config(**data)
+        except TypeError as err:
+            raise ValueError(f"{self.name}: bad config {data!r}: {err}") from None
+
+
+def config_to_dict(config) -> dict:
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
+
+
+class Registry:
+    """Candidates by name, in registration order (ties in plevel go to the earlier)."""
+
+    def __init__(self):
+        self._by_name: dict[str, Candidate] = {}
+
+    def register(self, cand: Candidate) -> Candidate:
+        if "." not in cand.name:
+            raise ValueError(f"candidate name {cand.name!r} must be '<op>.<variant>'")
+        if cand.name in self._by_name:
+            raise ValueError(f"candidate {cand.name!r} is already registered")
+        unknown = [k for k in cand.targets if k not in KNOWN_TARGET_KINDS]
+        if unknown or not cand.targets:
+            raise ValueError(f"candidate {cand.name!r}: unknown target kinds {unknown or cand.targets}; "
+                             f"known: {KNOWN_TARGET_KINDS}")
+        if not isinstance(cand.plevel, int):
+            raise ValueError(f"candidate {cand.name!r}: plevel must be a PLEVEL constant")
+        self._by_name[cand.name] = cand
+        return cand
+
+    def unregister(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+    def get(self, name: str) -> Candidate:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise KeyError(f"no candidate named {name!r}; known: {sorted(self._by_name)}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def for_op(self, op: str, kind: str | None = None) -> list[Candidate]:
+        return [c for c in self._by_name.values() if c.op == op and (kind is None or kind in c.targets)]
+
+    def ops(self) -> set[str]:
+        return {c.op for c in self._by_name.values()}
+
+    def __iter__(self) -> Iterable[Candidate]:
+        return iter(list(self._by_name.values()))
+
+
+REGISTRY = Registry()
+
+
+def register(cand: Candidate) -> Candidate:
+    """Add ``cand`` to the global registry (duplicates and unknown targets raise)."""
+    return REGISTRY.register(cand)
+
+
+def candidates(wl: Workload, target, registry: Registry = REGISTRY) -> list[tuple[Candidate, Verdict]]:
+    """Every candidate of ``wl``'s op family with whether it applies on ``target``."""
+    from ..target import normalize
+
+    target = normalize(target)
+    return [(c, c.applies(wl, target)) for c in registry.for_op(wl.op)]

@@ -1,0 +1,157 @@
+"""``Selector``: choose (candidate, config) for a workload, and say why.
+
+Order, written down once: keep the candidates whose ``applies`` holds (and,
+unless ``libraries`` is on, that are not vendor libraries); then
+
+1. ``log``: the best valid tuning record for this workload and target;
+2. ``model``: a cost model trained on the log ranks (candidate, default config)
+   pairs and the configs of the best one's space;
+3. ``plevel``: the highest priority level among candidates that suit the
+   shape (any applicable one if none suits); ties go to table order;
+4. ``only`` when a single candidate applies, ``fallback`` when none does
+   (stock lowering plus ext's fallback schedule).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from tvm.target import Target
+
+from ..workload import Workload
+from .registry import PLEVEL, REGISTRY, Candidate, Registry, config_to_dict
+
+
+@dataclasses.dataclass
+class Alternative:
+    candidate: str
+    status: str  # "declined" | "unsuited" | "lost"
+    reason: str
+    cost: float | None = None  # measured or predicted seconds, when known
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Decision:
+    workload: Workload
+    candidate: Candidate | None
+    config: Any
+    source: str  # "log" | "model" | "plevel" | "only" | "fallback"
+    alternatives: list = dataclasses.field(default_factory=list)
+    reason: str = ""
+    cost: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name if self.candidate else "fallback"
+
+    def to_json(self) -> dict:
+        return {"workload": self.workload.key, "op": self.workload.op, "candidate": self.name,
+                "config": config_to_dict(self.config), "source": self.source, "reason": self.reason,
+                "cost": self.cost, "alternatives": [a.to_json() for a in self.alternatives]}
+
+
+class History(Protocol):
+    def best(self, wl: Workload, target: Target) -> tuple[str, dict, float] | None: ...
+
+
+class Model(Protocol):
+    def predict(self, wl: Workload, target: Target, points: list[tuple[Candidate, Any]]) -> list[float]: ...
+
+
+class Selector:
+    """Choose kernels for one target.
+
+    Parameters
+    ----------
+    target : the ``tvm.target.Target`` being compiled for.
+    history : object with ``best(workload, target)`` (a tuning log), or None.
+    model : object with ``predict(workload, target, points)``, or None.
+    libraries : allow vendor-library candidates.
+    """
+
+    def __init__(self, target: Target, history: History | None = None, model: Model | None = None,
+                 libraries: bool = True, registry: Registry = REGISTRY):
+        self.target, self.history, self.model = target, history, model
+        self.libraries, self.registry = libraries, registry
+
+    def _split(self, wl: Workload):
+        usable, alts = [], []
+        for cand in self.registry.for_op(wl.op):
+            verdict = cand.applies(wl, self.target)
+            if verdict and cand.plevel == PLEVEL.LIBRARY and not self.libraries:
+                verdict = type(verdict)(False, "vendor libraries are turned off (libraries=False)")
+            if verdict:
+                usable.append(cand)
+            elif self.target.kind.name in cand.targets or cand.plevel != PLEVEL.LIBRARY:
+                alts.append(Alternative(cand.name, "declined", verdict.reason))
+        return usable, alts
+
+    def choose(self, wl: Workload) -> Decision:
+        usable, alts = self._split(wl)
+        if not usable:
+            why = "no candidate applies" if alts else f"no {wl.op} candidate for {self.target.kind.name}"
+            return Decision(wl, None, None, "fallback", alts, f"{why}: stock lowering + ext fallback schedule")
+        if self.history is not None:
+            rec = self.history.best(wl, self.target)
+            if rec is not None and rec[0] in {c.name for c in usable}:
+                cand = self.registry.get(rec[0])
+                lost = [Alternative(c.name, "lost", "tuning log: slower or not better measured")
+                        for c in usable if c is not cand]
+                return Decision(wl, cand, cand.config_from_dict(rec[1]), "log", alts + lost,
+                                f"best tuning record ({rec[2] * 1e3:.3f} ms)", rec[2])
+        if self.model is not None and len(usable) > 0:
+            picked = self._by_model(wl, usable, alts)
+            if picked is not None:
+                return picked
+        if len(usable) == 1:
+            cand = usable[0]
+            return Decision(wl, cand, cand.default_config(wl, self.target), "only", alts,
+                            "the only candidate that applies")
+        return self._by_plevel(wl, usable, alts)
+
+    def _by_plevel(self, wl, usable, alts) -> Decision:
+        suited = [(c, c.suited(wl, self.target)) for c in usable]
+        pool = [c for c, v in suited if v] or usable
+        best = max(pool, key=lambda c: c.plevel)  # max() keeps the first of equals: table order
+        for c, v in suited:
+            if c is best:
+                continue
+            if not v:
+                alts.append(Alternative(c.name, "unsuited", v.reason))
+            else:
+                alts.append(Alternative(c.name, "lost", f"plevel {c.plevel} < {best.plevel}"
+                                        if c.plevel < best.plevel else "equal plevel, later in table"))
+        return Decision(wl, best, best.default_config(wl, self.target), "plevel", alts,
+                        f"highest plevel ({best.plevel}) among candidates that suit the shape")
+
+    def _by_model(self, wl, usable, alts) -> Decision | None:
+        points = []
+        for c in usable:
+            space = c.space(wl, self.target) or [c.default_config(wl, self.target)]
+            points += [(c, cfg) for cfg in space]
+        try:
+            costs = self.model.predict(wl, self.target, points)
+        except Exception:  # an untrained or mismatched model must never break a build
+            return None
+        if costs is None or len(costs) != len(points):
+            return None
+        best_cost = {}
+        for (c, cfg), cost in zip(points, costs):
+            if c.name not in best_cost or cost < best_cost[c.name][0]:
+                best_cost[c.name] = (cost, cfg)
+        winner = min(best_cost, key=lambda n: best_cost[n][0])
+        cand = self.registry.get(winner)
+        lost = [Alternative(n, "lost", "cost model predicts slower", float(v[0]))
+                for n, v in best_cost.items() if n != winner]
+        return Decision(wl, cand, best_cost[winner][1], "model", alts + lost,
+                        "cost model's fastest predicted (candidate, config)", float(best_cost[winner][0]))
+
+
+def choose(wl: Workload, target, **kwargs) -> Decision:
+    """Shortcut: ``Selector(target, **kwargs).choose(wl)``."""
+    from ..target import normalize
+
+    return Selector(normalize(target), **kwargs).choose(wl)

@@ -1,0 +1,1 @@
+"""CPU (LLVM) schedules, one module per op family."""

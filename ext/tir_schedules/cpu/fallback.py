@@ -1,0 +1,79 @@
+"""CPU fallback schedule for kernels no candidate covers (stock-legalized ops).
+
+Stock TVM leaves CPU loops serial and scalar. For each block (after inlining
+injective producers into their consumers):
+
+* spatial-only blocks: fuse the loop nest; split off ``lanes`` innermost
+  elements to vectorize when the innermost loop is contiguous and divisible;
+  parallelize the outer part when there is enough work;
+* reductions (``S..S R..R``): parallelize the fused spatial loops; when the
+  innermost reduction is over a contiguous axis, leave it serial (LLVM
+  vectorizes simple sums poorly without rfactor: the norm/reduce candidates
+  handle those).
+
+Any step that TVM rejects is skipped; the result is never less correct than
+the input, only sometimes not faster.
+"""
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+#: fewer elements than this run on one thread (thread launch costs a few microseconds)
+MIN_PARALLEL_WORK = 16384
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # ScheduleError and friends: skip this step
+        return None
+
+
+def _inline_injective(sch: s_tir.Schedule) -> None:
+    infos = normalize_prim_func(sch) or []
+    for info in infos[:-1]:  # the last block writes the output
+        if info.is_injective():
+            _try(sch.compute_inline, info.block_rv)
+
+
+def _spatial(sch, loops, doms, lanes) -> None:
+    work = 1
+    for d in doms:
+        work = work * d if isinstance(d, int) else work * 1024
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    inner_dom = doms[-1]
+    if isinstance(inner_dom, int) and inner_dom % lanes == 0 and isinstance(work, int) and work >= lanes:
+        outer, vec = sch.split(fused, [None, lanes])
+        sch.vectorize(vec)
+        fused = outer
+    if work >= MIN_PARALLEL_WORK:
+        sch.parallel(fused)
+
+
+def schedule(func, lanes: int):
+    """The fallback-scheduled ``func`` (or ``func`` unchanged if it cannot be analysed)."""
+    try:
+        sch = s_tir.Schedule(func)
+        _inline_injective(sch)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return func
+        for info in infos:
+            kinds = info.dom_kind()
+            loops, doms = info.get_loops(), info.dom()
+            if not loops:
+                continue
+            if set(kinds) == {"S"}:
+                _try(_spatial, sch, loops, doms, lanes)
+            elif kinds.lstrip("S").strip("R") == "" and kinds.startswith("S"):
+                n_s = len(kinds) - len(kinds.lstrip("S"))
+                work = 1
+                for d in doms:
+                    work = work * d if isinstance(d, int) else work * 1024
+                if work >= MIN_PARALLEL_WORK:
+                    sp = loops[:n_s]
+                    _try(lambda: sch.parallel(sch.fuse(*sp) if len(sp) > 1 else sp[0]))
+        return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    except Exception:
+        return func

@@ -1,0 +1,104 @@
+"""CPU schedules for the matmul family (AVX-512 / AVX2, multithreaded).
+
+Tiled (direct, packed, batch; ``D``/``C`` from ``topi_kernels.matmul``)::
+
+    parallel for panel j0 (nb columns) [x batch]:
+      for row tile i0 (mb rows):
+        acc[mb][nb] = 0                       # mb * nb/lanes vector registers
+        for k in [0, K):                      # A[i, k] broadcast, B panel row k streamed
+          for i1 in mb (unrolled): for j1 in nb (vectorized): acc[i1][j1] += A * B
+        for i1, j1: D[..] = epilogue(acc)     # fused write-back
+
+With nb = 64 and mb = 4 the accumulators take 16 of the 32 zmm registers
+(AVX-512). A panel of packed B (K * nb * 4 bytes) stays in L2 while every row
+tile streams through it.
+
+GEMV dot form (reduction axis contiguous): rows split across threads, the K
+axis split into ``lanes``-wide vectors with one partial-sum vector per row
+(rfactor), then a horizontal sum and the fused epilogue.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tvm import s_tir
+
+from ..common import extent
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+    """Register tile ``mb x nb`` (nb a multiple of the vector width) and how threads split work.
+
+    parallel: ``"panels"`` splits column panels; ``"tiles"`` splits (panel, row tile) pairs.
+    """
+
+    mb: int = 4
+    nb: int = 64
+    parallel: str = "panels"
+
+
+@dataclasses.dataclass(frozen=True)
+class DotConfig:
+    """GEMV dot form: ``rows`` outputs per inner step (unrolled), K vectors of ``lanes``."""
+
+    rows: int = 4
+    lanes: int = 16
+
+
+def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0) -> None:
+    """Schedule blocks ``C`` (padded accumulation) and ``D`` (fused output), see module doc."""
+    d = sch.get_sblock("D")
+    loops = sch.get_loops(d)
+    batch, i, j = loops[:nbatch], loops[nbatch], loops[nbatch + 1]
+    i0, i1 = sch.split(i, [None, cfg.mb])
+    j0, j1 = sch.split(j, [None, cfg.nb])
+    sch.reorder(*batch, j0, i0, i1, j1)
+    c = sch.get_sblock("C")
+    sch.compute_at(c, i0, preserve_unit_loops=True)
+    sch.set_scope(c, 0, "local")
+    ci, cj, ck = sch.get_loops(c)[-3:]
+    sch.reorder(ck, ci, cj)
+    sch.unroll(ci)
+    sch.vectorize(cj)
+    _vectorize_store(sch, j1, cfg.nb, lanes)
+    outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    sch.decompose_reduction(c, ck)
+
+
+def _vectorize_store(sch, loop, nb: int, lanes: int) -> None:
+    """Vectorize the fused write-back in ``lanes``-wide pieces."""
+    if nb > lanes and nb % lanes == 0:
+        _, inner = sch.split(loop, [None, lanes])
+        sch.vectorize(inner)
+    else:
+        sch.vectorize(loop)
+
+
+def schedule_pack(sch: s_tir.Schedule, lanes: int) -> None:
+    """Weight packing ``Bp[p, k, l]``: parallel over panels, vectorized over ``l``."""
+    b = sch.get_sblock("Bp")
+    p, k, l = sch.get_loops(b)
+    sch.parallel(p)
+    if extent(sch, l) % lanes == 0:
+        _vectorize_store(sch, l, extent(sch, l), lanes)
+
+
+def schedule_dot(sch: s_tir.Schedule, cfg: DotConfig) -> None:
+    """GEMV dot form over blocks ``C`` (rows x K) and ``D`` (fused output)."""
+    c = sch.get_sblock("C")
+    r, k = sch.get_loops(c)
+    k0, k1 = sch.split(k, [None, cfg.lanes])
+    rf = sch.rfactor(k1, factor_axis=1)
+    r_rf, k0_rf, k1_rf = sch.get_loops(rf)
+    r0, r1 = sch.split(r_rf, [None, cfg.rows])
+    sch.reorder(r0, k0_rf, r1, k1_rf)
+    sch.vectorize(k1_rf)
+    sch.unroll(r1)
+    sch.parallel(r0)
+    sch.reverse_compute_at(c, r0)
+    sch.decompose_reduction(rf, k0_rf)
+    d = sch.get_sblock("D")
+    loops = sch.get_loops(d)
+    sch.parallel(sch.fuse(*loops))

@@ -1,0 +1,1 @@
+"""CUDA schedules, one module per op family (same names as ``cpu/``)."""

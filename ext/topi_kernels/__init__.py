@@ -1,0 +1,1 @@
+"""TE compute definitions, one module per op family; no schedule or tuner state."""

@@ -1,0 +1,70 @@
+"""Fused epilogues: bias add, activation, residual add, applied element-wise
+to an anchor's accumulator on its way out (one store per output element).
+
+``fused_output(shape, value, epilogue, extras)`` builds the output tensor
+``D[idx] = post(value(idx))`` where ``post`` applies ``epilogue`` in order;
+``"bias"`` and ``"residual"`` each consume the next tensor of ``extras``,
+broadcast NumPy-style against ``shape`` (right-aligned, size-1 dims repeat).
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import te, tirx
+
+
+def dtype_of(x) -> str:
+    """dtype string of a TIR expression (TVM 0.27 exposes it as ``.ty``)."""
+    if isinstance(x, te.tensor.TensorSlice):
+        return x.tensor.dtype
+    return str(x.ty)
+
+
+def _const(v, like):
+    return tirx.const(v, dtype_of(like))
+
+
+def _sigmoid(x):
+    return _const(1, x) / (_const(1, x) + te.exp(-x))
+
+
+ACTIVATION_EXPR = {
+    "relu": lambda x: te.max(x, _const(0, x)),
+    "sigmoid": _sigmoid,
+    "tanh": lambda x: te.tanh(x),
+    "silu": lambda x: x * _sigmoid(x),
+    "gelu": lambda x: _const(0.5, x) * x * (_const(1, x) + te.erf(x * _const(1 / math.sqrt(2), x))),
+    "gelu_tanh": lambda x: _const(0.5, x) * x * (_const(1, x) + te.tanh(
+        _const(math.sqrt(2 / math.pi), x) * (x + _const(0.044715, x) * x * x * x))),
+}
+
+
+def broadcast_index(tensor: te.Tensor, idx) -> list:
+    """Index ``tensor`` at output position ``idx`` with NumPy broadcasting."""
+    shape = list(tensor.shape)
+    off = len(idx) - len(shape)
+    return [idx[off + d] if int(n) != 1 else tirx.IntImm(dtype_of(idx[off + d]), 0) for d, n in enumerate(shape)]
+
+
+def apply(value, idx, epilogue, extras):
+    """The epilogue applied to one scalar ``value`` at output index ``idx``."""
+    rest = list(extras)
+    if isinstance(value, te.tensor.TensorSlice):
+        value = value.asobject()
+    for op in epilogue:
+        if op in ("bias", "residual"):
+            t = rest.pop(0)
+            value = value + t[tuple(broadcast_index(t, idx))].astype(dtype_of(value))
+        else:
+            value = ACTIVATION_EXPR[op](value)
+    return value
+
+
+def fused_output(shape, value, epilogue, extras, out_dtype: str, name: str = "D") -> te.Tensor:
+    """``D[idx] = epilogue(value(*idx))`` cast to ``out_dtype``."""
+
+    def body(*idx):
+        v = apply(value(*idx), idx, epilogue, extras)
+        return v if dtype_of(v) == out_dtype else v.astype(out_dtype)
+
+    return te.compute(shape, body, name=name)

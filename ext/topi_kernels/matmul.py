@@ -1,0 +1,125 @@
+"""Matrix multiplication computes: direct, packed-panel and batched.
+
+Algorithm (all variants)::
+
+    for i in [0, M), j in [0, N):           # optionally under batch dims
+        C[i, j] = sum_k A[i, k] * B(k, j)    # 2*M*N*K flops
+        D[i, j] = epilogue(C[i, j])          # bias / activation / residual
+
+``B(k, j)`` reads one of three layouts: ``"kn"`` (``B[k, j]``), ``"nk"``
+(``B[j, k]``, a PyTorch linear weight) or ``"packed"``: panels
+``Bp[j // nb, k, j % nb]`` of ``nb`` contiguous columns, zero-padded to a
+multiple of ``nb`` (``pack_weight``). Bytes moved: A once per panel, B once.
+
+Padding: ``C`` is computed over ``(Mp, Np)``, multiples of ``pad_rows`` and
+``pad_cols``, so schedule tiles divide it and the hot loop has no bounds
+checks. Padded rows re-read row ``M - 1`` of A and padded columns read zeros
+(packed) or re-read column ``N - 1``; only ``D`` (shape ``M x N``) is stored.
+"""
+from __future__ import annotations
+
+from tvm import te, tirx
+
+from . import epilogue as ep
+
+
+def _i64(v):
+    return tirx.IntImm("int64", int(v))
+
+
+def ceil_to(v: int, m: int) -> int:
+    return -(-int(v) // int(m)) * int(m)
+
+
+def _clamp(idx, limit: int, padded: int):
+    return idx if padded == limit else te.min(idx, _i64(limit - 1))
+
+
+def b_accessor(B: te.Tensor, layout: str, N: int, Np: int, nb: int = 0):
+    """``(k, j) -> B(k, j)`` for a layout (``"kn"``, ``"nk"`` or ``"packed"``)."""
+    if layout == "packed":
+        return lambda k, j: B[j // nb, k, j % nb]
+    if layout == "nk":
+        return lambda k, j: B[_clamp(j, N, Np), k]
+    return lambda k, j: B[k, _clamp(j, N, Np)]
+
+
+def matmul_tiled(A: te.Tensor, B: te.Tensor, *, M: int, N: int, K: int, b_layout: str, epilogue=(),
+                 extras=(), out_dtype="float32", pad_rows: int = 1, pad_cols: int = 1, nb: int = 0,
+                 acc_dtype: str | None = None):
+    """``D = epilogue(A @ B)`` with ``A`` of shape ``(M, K)``; returns ``(C, D)``.
+
+    ``B`` is ``(K, N)``, ``(N, K)`` or packed ``(ceil(N/nb), K, nb)``.
+    """
+    acc_dtype = acc_dtype or out_dtype
+    Mp, Np = ceil_to(M, pad_rows), ceil_to(N, pad_cols)
+    b_at = b_accessor(B, b_layout, N, Np, nb)
+    k = te.reduce_axis((_i64(0), _i64(K)), name="k")
+    C = te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
+        A[_clamp(i, M, Mp), k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
+    D = ep.fused_output((_i64(M), _i64(N)), lambda i, j: C[i, j], epilogue, extras, out_dtype)
+    return C, D
+
+
+def batch_matmul(A: te.Tensor, B: te.Tensor, *, out_shape, transpose_b: bool, epilogue=(), extras=(),
+                 out_dtype="float32", pad_rows: int = 1, pad_cols: int = 1):
+    """Batched ``D[b.., i, j] = epilogue(sum_k A[b.., i, k] * B[b.., k, j])`` with NumPy broadcasting
+    over the batch dims (``B`` may be 2-D). ``C`` is padded like ``matmul_tiled``'s."""
+    out_shape = [int(d) for d in out_shape]
+    nbatch = len(out_shape) - 2
+    M, N = out_shape[-2], out_shape[-1]
+    K = int(A.shape[-1])
+    Mp, Np = ceil_to(M, pad_rows), ceil_to(N, pad_cols)
+    k = te.reduce_axis((_i64(0), _i64(K)), name="k")
+
+    def batch_idx(t, bidx):
+        extra = len(t.shape) - 2
+        return ep.broadcast_index(_Shape(t.shape[:extra]), bidx) if extra else []
+
+    def c_body(*idx):
+        bidx, i, j = idx[:nbatch], idx[-2], idx[-1]
+        jj = _clamp(j, N, Np)
+        a = A[tuple(batch_idx(A, bidx)) + (_clamp(i, M, Mp), k)]
+        b = B[tuple(batch_idx(B, bidx)) + ((jj, k) if transpose_b else (k, jj))]
+        return te.sum(a * b, axis=k)
+
+    C = te.compute(tuple(_i64(d) for d in out_shape[:-2]) + (_i64(Mp), _i64(Np)), c_body, name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in out_shape), lambda *idx: C[idx], epilogue, extras, out_dtype)
+    return C, D
+
+
+class _Shape:
+    """Adapter so ``broadcast_index`` can work on a shape prefix."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def pack_weight(B: te.Tensor, *, N: int, K: int, nb: int, b_layout: str) -> te.Tensor:
+    """Panels ``Bp[p, k, l] = B(k, p*nb + l)``, zero past column ``N``.
+
+    Shape ``(ceil(N/nb), K, nb)``; ``b_layout`` is ``"kn"`` or ``"nk"``.
+    """
+    P = ceil_to(N, nb) // nb
+
+    def body(p, k, l):
+        j = p * nb + l
+        jc = te.min(j, _i64(N - 1))
+        val = B[k, jc] if b_layout == "kn" else B[jc, k]
+        return tirx.if_then_else(j < N, val, tirx.const(0, B.dtype))
+
+    return te.compute((_i64(P), _i64(K), _i64(nb)), body, name="Bp")
+
+
+def gemv_dot(A: te.Tensor, W: te.Tensor, *, rows: int, K: int, epilogue=(), extras=(), out_dtype="float32",
+             out_shape=None):
+    """Row dot products ``y[r] = sum_k A[r, k] * W[k]`` style GEMV where the reduction axis is
+    contiguous in the big operand: ``A`` is ``(rows, K)``, ``W`` is ``(K,)``-like (``(K, 1)`` or
+    ``(1, K)``). The output has ``out_shape`` (``(1, rows)`` or ``(rows, 1)``)."""
+    k = te.reduce_axis((_i64(0), _i64(K)), name="k")
+    w_at = (lambda kk: W[kk, _i64(0)]) if int(W.shape[0]) == K else (lambda kk: W[_i64(0), kk])
+    C = te.compute((_i64(rows),), lambda r: te.sum(A[r, k] * w_at(k), axis=k), name="C")
+    row_axis = 0 if int(out_shape[0]) == rows and int(out_shape[1]) == 1 else 1
+    D = ep.fused_output(tuple(_i64(d) for d in out_shape), lambda i, j: C[i if row_axis == 0 else j],
+                        epilogue, extras, out_dtype)
+    return C, D

@@ -1,0 +1,1 @@
+"""Autotuning: task extraction, search, cost model, measurement, tuning log."""
