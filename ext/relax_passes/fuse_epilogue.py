@@ -82,7 +82,7 @@ def patterns(families=None) -> list[FusionPattern]:
     out = []
     for fam in (families or FAMILIES.values()):
         for variant, factory in fam.anchors:
-            for parts in epilogue_chains():
+            for parts in (epilogue_chains() if fam.chains else [()]):
                 pat, ann = factory()
                 ann = dict(ann)
                 for p in parts:

@@ -30,6 +30,10 @@ class Family:
     anchors: list
     check: Callable
     extract: Callable
+    #: match epilogue chains after the anchor (False: the bare anchor only, e.g. softmax)
+    chains: bool = True
+    #: axis of the anchor's output that a bias varies along (int, or a callable of the anchor expr)
+    channel_axis: object = -1
 
 
 FAMILIES: dict[str, Family] = {}
@@ -81,4 +85,13 @@ def dtype(expr) -> str:
     return str(expr.ty.dtype)
 
 
-from . import matmul  # noqa: E402,F401  (registers the family)
+def _load_all() -> None:
+    import importlib
+    import pkgutil
+
+    for m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+        if not m.startswith("_"):
+            importlib.import_module(f"{__name__}.{m}")
+
+
+_load_all()

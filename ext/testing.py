@@ -1,0 +1,53 @@
+"""Test helpers: explicit-tolerance comparison, GPU/nvcc detection, running built modules.
+
+Tolerances default to 0 so every test has to choose its own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+
+def has_gpu() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:
+        return False
+
+
+requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
+
+
+def has_nvcc() -> bool:
+    return shutil.which("nvcc") is not None or os.path.exists("/usr/local/cuda/bin/nvcc")
+
+
+def assert_close(actual, expected, *, rtol: float = 0.0, atol: float = 0.0, what: str = ""):
+    """``np.testing.assert_allclose`` with no default tolerance: each test chooses."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=what)
+
+
+def run_relax(ex, *inputs, target_kind: str = "llvm"):
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu() if target_kind == "llvm" else tvm.cuda(0)
+    vm = relax.VirtualMachine(ex, dev)
+    out = vm["main"](*[tvm.runtime.tensor(x, dev) for x in inputs])
+    return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+
+def nvcc_compile(src: str, arch: str, tmp_path) -> subprocess.CompletedProcess:
+    path = tmp_path / "k.cu"
+    path.write_text(src)
+    return subprocess.run(["nvcc", f"-arch={arch}", "-c", str(path), "-o", str(tmp_path / "k.o")],
+                          capture_output=True, text=True)

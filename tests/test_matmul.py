@@ -1,0 +1,113 @@
+"""Every CPU matmul candidate against NumPy on awkward shapes, default and non-default configs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ext.runner import CompiledCandidate, random_inputs
+from ext.strategies import REGISTRY
+from ext.workload import Workload
+
+from ext.testing import assert_close
+
+
+def matmul_wl(M, N, K, *, transpose_b=False, epilogue=("bias", "relu"), b_const=True, batch=None):
+    a = (*batch, M, K) if batch else (M, K)
+    b = (N, K) if transpose_b else (K, N)
+    out = (*batch, M, N) if batch else (M, N)
+    shapes = [a, b]
+    if "bias" in epilogue:
+        shapes.append((N,))
+    if "residual" in epilogue:
+        shapes.append(out)
+    return Workload("matmul", shapes, ["float32"] * len(shapes), "float32",
+                    attrs={"transpose_b": transpose_b, "b_const": b_const, "out_shape": out}, epilogue=epilogue)
+
+
+ACT = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
+       "silu": lambda x: x / (1 + np.exp(-x))}
+
+
+def reference(wl, xs):
+    a, b, *extras = [x.astype("float64") for x in xs]
+    if wl.attr("transpose_b"):
+        b = np.swapaxes(b, -1, -2)
+    y = a @ b
+    for op in wl.epilogue:
+        y = y + extras.pop(0) if op in ("bias", "residual") else ACT[op](y)
+    return y
+
+
+def tol(K):
+    # float32 sums of K products in [-1, 1]: error grows ~ sqrt(K) ulps; 4e-6*K covers K up to 4096
+    return dict(rtol=1e-5, atol=4e-6 * max(K, 16))
+
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (1, 100, 37), (37, 1, 50), (17, 31, 64), (64, 64, 64), (33, 97, 129),
+          (128, 200, 96), (777, 333, 1000)]
+
+
+@pytest.mark.parametrize("name", ["matmul.direct", "matmul.packed", "matmul.gemv"])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_candidate_matches_numpy(cpu_target, name, M, N, K, transpose_b):
+    cand = REGISTRY.get(name)
+    wl = matmul_wl(M, N, K, transpose_b=transpose_b, epilogue=("bias", "relu", "residual"))
+    if not cand.applies(wl, cpu_target):
+        pytest.skip(f"{name} declines: {cand.applies(wl, cpu_target).reason}")
+    xs = random_inputs(wl, seed=M * 7 + N)
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    assert_close(out, reference(wl, xs), **tol(K), what=f"{name} {M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("name", ["matmul.direct", "matmul.packed", "matmul.gemv", "matmul.batch"])
+def test_every_space_point_is_correct_on_odd_shape(cpu_target, name):
+    """Pin the whole knob space (a few points each) on an odd shape: tuning may pick any of them."""
+    cand = REGISTRY.get(name)
+    if name == "matmul.gemv":
+        wl = matmul_wl(1, 45, 29, epilogue=("bias",))
+    elif name == "matmul.batch":
+        wl = matmul_wl(11, 23, 9, epilogue=("bias", "tanh"), batch=(3,))
+    else:
+        wl = matmul_wl(11, 45, 29, epilogue=("bias", "sigmoid"))
+    xs = random_inputs(wl, seed=3)
+    ref = reference(wl, xs)
+    space = cand.space(wl, cpu_target)
+    assert space, f"{name} has an empty space"
+    for cfg in space[:: max(1, len(space) // 6)]:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, ref, rtol=1e-5, atol=1e-4, what=f"{name} {cfg}")
+
+
+@pytest.mark.parametrize("batch_a,batch_b", [((4,), (4,)), ((2, 3), (3,)), ((5,), None), ((1,), (6,))])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_batch_matmul_broadcasting(cpu_target, batch_a, batch_b, transpose_b):
+    M, N, K = 13, 19, 7
+    a = (*batch_a, M, K)
+    b = ((*batch_b, N, K) if transpose_b else (*batch_b, K, N)) if batch_b else ((N, K) if transpose_b else (K, N))
+    out = np.broadcast_shapes(batch_a, batch_b or ()) + (M, N)
+    wl = Workload("matmul", [a, b, (N,)], ["float32"] * 3, "float32",
+                  attrs={"transpose_b": transpose_b, "out_shape": out}, epilogue=("bias",))
+    cand = REGISTRY.get("matmul.batch")
+    assert cand.applies(wl, cpu_target)
+    xs = random_inputs(wl, seed=1)
+    got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    assert_close(got, reference(wl, xs), rtol=1e-5, atol=1e-5)
+
+
+def test_candidates_decline_with_reasons(cpu_target):
+    int_wl = Workload("matmul", [(8, 8), (8, 8)], ["int32", "int32"], "int32", attrs={"out_shape": (8, 8)})
+    for cand in REGISTRY.for_op("matmul"):
+        verdict = cand.applies(int_wl, cpu_target)
+        assert not verdict and "float32" in verdict.reason
+    big = matmul_wl(64, 64, 64)
+    gemv = REGISTRY.get("matmul.gemv").applies(big, cpu_target)
+    assert not gemv and "matrix-vector" in gemv.reason
+
+
+def test_default_config_depends_on_shape(cpu_target):
+    packed = REGISTRY.get("matmul.packed")
+    wide = packed.default_config(matmul_wl(1024, 1024, 1024), cpu_target)
+    narrow = packed.default_config(matmul_wl(1024, 48, 1024), cpu_target)
+    assert wide.nb == 64 and wide.parallel == "panels"
+    assert narrow.nb == 48 and narrow.parallel == "tiles"  # one panel: split row tiles across threads
