@@ -123,3 +123,39 @@ def gemv_dot(A: te.Tensor, W: te.Tensor, *, rows: int, K: int, epilogue=(), extr
     D = ep.fused_output(tuple(_i64(d) for d in out_shape), lambda i, j: C[i if row_axis == 0 else j],
                         epilogue, extras, out_dtype)
     return C, D
+
+
+def zero_pad(X: te.Tensor, shape, name: str) -> te.Tensor:
+    """``X`` zero-padded at the end of each axis to ``shape`` (``X`` itself when no padding)."""
+    dims = [int(d) for d in X.shape]
+    shape = [int(d) for d in shape]
+    if dims == shape:
+        return X
+
+    def body(*idx):
+        inside = [i < _i64(d) for i, d, p in zip(idx, dims, shape) if p != d]
+        cond = inside[0]
+        for c in inside[1:]:
+            cond = tirx.all(cond, c)
+        return tirx.if_then_else(cond, X[idx], tirx.const(0, X.dtype))
+
+    return te.compute(tuple(_i64(d) for d in shape), body, name=name)
+
+
+def matmul_padded(A: te.Tensor, B: te.Tensor, *, M: int, N: int, K: int, b_layout: str, Mp: int, Np: int,
+                  Kp: int, epilogue=(), extras=(), out_dtype="float32", acc_dtype: str = "float32"):
+    """``D = epilogue(A @ B)`` over zero-padded operands; returns ``(C, D)``.
+
+    ``A_pad`` ``(Mp, Kp)`` and ``B_pad`` (``(Kp, Np)`` for ``"kn"``, ``(Np, Kp)`` for ``"nk"``) are
+    zero-filled copies (stages a schedule inlines into its shared-memory loads; absent when no
+    padding is needed), so every tile divides ``C`` ``(Mp, Np)`` and the padded K adds zeros.
+    Products accumulate in ``acc_dtype``; ``D`` ``(M, N)`` stores only the real outputs.
+    """
+    Ap = zero_pad(A, (Mp, Kp), "A_pad")
+    Bp = zero_pad(B, (Kp, Np) if b_layout == "kn" else (Np, Kp), "B_pad")
+    k = te.reduce_axis((_i64(0), _i64(Kp)), name="k")
+    b_at = (lambda kk, j: Bp[kk, j]) if b_layout == "kn" else (lambda kk, j: Bp[j, kk])
+    C = te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
+        Ap[i, k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
+    D = ep.fused_output((_i64(M), _i64(N)), lambda i, j: C[i, j], epilogue, extras, out_dtype)
+    return C, D
