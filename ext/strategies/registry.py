@@ -68,7 +68,8 @@ class Candidate:
     space : ``(workload, target) -> list[config]``, the knob space.
     default : ``(workload, target) -> config``, the heuristic default.
     build : ``(workload, config, target) -> PrimFunc`` taking the (transformed)
-        inputs in call order and writing the output.
+        inputs in call order and writing the output, or a ``PackedCall`` (a
+        library candidate: a packed function, then an epilogue kernel of ours).
     transforms : ``(workload, config, target) -> {input index: PrimFunc}``,
         input layout changes (e.g. weight packing) done before ``build``'s kernel.
     suits : ``(workload, target) -> None | reason``: a heuristic "not the best
@@ -89,6 +90,9 @@ class Candidate:
     version: int = 1
     #: runs only inside this Python process (a packed function registered from Python)
     needs_python: bool = False
+    #: the vendor library it calls (``"openblas"``, ``"onednn"``, ``"cublas"``...), None for our kernels;
+    #: ``Selector(libraries=False)`` turns every candidate with a library off
+    library: str | None = None
 
     @property
     def op(self) -> str:
@@ -120,6 +124,30 @@ class Candidate:
             return self.config(**data)
         except TypeError as err:
             raise ValueError(f"{self.name}: bad config {data!r}: {err}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedCall:
+    """What a library candidate's ``build`` returns instead of a PrimFunc.
+
+    ``LowerToCandidates`` emits ``relax.call_dps_packed(func_name, inputs[:num_inputs]
+    + static_args, TensorType(out_shape, out_dtype))``; when ``epilogue`` is a PrimFunc
+    ``(anchor_out, *inputs[num_inputs:], D)`` it is applied after, by ``call_tir``
+    (left unscheduled: the pipeline's fusion and fallback schedule handle it).
+
+    func_name : global packed function ``(*inputs, *static_args, out) -> None``.
+    num_inputs : how many of the workload's inputs the library call takes.
+    out_shape, out_dtype : the library call's output (the anchor's result).
+    static_args : ints / floats / strings passed after the inputs (strides, flags).
+    epilogue : PrimFunc or None.
+    """
+
+    func_name: str
+    num_inputs: int
+    out_shape: tuple
+    out_dtype: str
+    static_args: tuple = ()
+    epilogue: Any = None
 
 
 def config_to_dict(config) -> dict:

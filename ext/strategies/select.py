@@ -1,7 +1,8 @@
 """``Selector``: choose (candidate, config) for a workload, and say why.
 
-Order, written down once: keep the candidates whose ``applies`` holds (and,
-unless ``libraries`` is on, that are not vendor libraries); then
+Order, written down once: keep the candidates whose ``applies`` holds (with
+``libraries=False``, candidates with a ``library`` are left out entirely, so
+the report lists our own kernels only); then
 
 1. ``log``: the best valid tuning record for this workload and target;
 2. ``model``: a cost model trained on the log ranks (candidate, default config)
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 from tvm.target import Target
 
 from ..workload import Workload
-from .registry import PLEVEL, REGISTRY, Candidate, Registry, config_to_dict
+from .registry import REGISTRY, Candidate, Registry, config_to_dict
 
 
 @dataclasses.dataclass
@@ -80,12 +81,12 @@ class Selector:
     def _split(self, wl: Workload):
         usable, alts = [], []
         for cand in self.registry.for_op(wl.op):
+            if cand.library is not None and not self.libraries:
+                continue  # libraries off: the report shows our own kernels only
             verdict = cand.applies(wl, self.target)
-            if verdict and cand.plevel == PLEVEL.LIBRARY and not self.libraries:
-                verdict = type(verdict)(False, "vendor libraries are turned off (libraries=False)")
             if verdict:
                 usable.append(cand)
-            elif self.target.kind.name in cand.targets or cand.plevel != PLEVEL.LIBRARY:
+            elif self.target.kind.name in cand.targets or cand.library is None:
                 alts.append(Alternative(cand.name, "declined", verdict.reason))
         return usable, alts
 
