@@ -81,8 +81,8 @@ def epilogue_chains() -> list[tuple]:
 def patterns(families=None) -> list[FusionPattern]:
     out = []
     for fam in (families or FAMILIES.values()):
-        for variant, factory in fam.anchors:
-            for parts in (epilogue_chains() if fam.chains else [()]):
+        for parts in (epilogue_chains() if fam.chains else [()]):
+            for variant, factory in fam.anchors:  # earlier variants win ties: list the larger anchor first
                 pat, ann = factory()
                 ann = dict(ann)
                 for p in parts:

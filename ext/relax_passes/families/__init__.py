@@ -54,6 +54,14 @@ class Composite:
     func: relax.Function
     args: list  # outer relax expressions, positionally matching func.params
     calls: list  # the body's relax.Call values in order
+    bindings: dict = dataclasses.field(default_factory=dict)  # body var -> bound value
+
+    def value(self, expr):
+        """The value bound to a body variable (the expression itself if unbound)."""
+        for var, val in self.bindings.items():
+            if expr.same_as(var):
+                return val
+        return expr
 
     def outer(self, expr):
         """The outer argument bound to a parameter of the composite (or None)."""

@@ -50,7 +50,7 @@ def _check(variant: str, ann: dict) -> bool:
 
 def _extract(comp: Composite):
     mm = next(c for c in comp.calls if c.op.name == "relax.matmul")
-    x_in, w_in = mm.args
+    x_in, w_in = mm.args[0], comp.value(mm.args[1])
     transposed = isinstance(w_in, relax.Call) and w_in.op.name == "relax.permute_dims"
     w_param = w_in.args[0] if transposed else w_in
     x, w = comp.outer(x_in), comp.outer(w_param)
@@ -86,4 +86,4 @@ def _extract(comp: Composite):
     return wl, args, post
 
 
-register_family(Family("matmul", [("plain", _plain), ("transposed", _transposed)], _check, _extract))
+register_family(Family("matmul", [("transposed", _transposed), ("plain", _plain)], _check, _extract))

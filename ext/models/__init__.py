@@ -1,0 +1,1 @@
+"""Small built-in models (random weights, seeded) for demos, benchmarks and tests."""

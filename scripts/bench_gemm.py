@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""GEMM benchmark: every CPU matmul candidate, ext's pick, NumPy and stock TVM, in one run.
+
+For each shape MxNxK the model is ``relu(x @ W + b)`` with W a constant (GEMV
+shapes, M == 1, use ``x @ W + b``). Prints GFLOPS and time ratios to NumPy
+(``np.maximum(a @ b + bias, 0)``), measured interleaved in the same process.
+
+    python scripts/bench_gemm.py                      # default shapes
+    python scripts/bench_gemm.py --shapes 512x512x512 --plot gemm.png --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import ext  # noqa: E402  (sets TVM_NUM_THREADS before tvm runs anything parallel)
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from ext.bench import gflops, interleaved  # noqa: E402
+from ext.models.gemm import dense  # noqa: E402
+from ext.runner import CompiledCandidate  # noqa: E402
+from ext.strategies import REGISTRY  # noqa: E402
+
+DEFAULT_SHAPES = ["1024x1024x1024", "1x4096x4096", "128x768x3072", "64x64x64", "777x333x1000"]
+#: stock TVM's default CPU pipeline runs at ~0.6 GFLOPS here; skip it past this estimate
+STOCK_LIMIT_S = 10.0
+STOCK_GFLOPS_ESTIMATE = 0.6
+
+
+def parse_shape(s: str):
+    try:
+        m, n, k = (int(v) for v in s.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"bad shape {s!r}: expected MxNxK, e.g. 1024x1024x1024") from None
+    return m, n, k
+
+
+def bench_shape(M, N, K, target, rounds, stock):
+    gemv = M == 1
+    act, bias = (None, True) if gemv else ("relu", True)
+    mod, params = dense(M, N, K, activation=act, bias=bias)
+    x = np.random.default_rng(1).standard_normal((M, K)).astype("float32")
+    w, b = params["w"], params["b"]
+    expect = x @ w + b if gemv else np.maximum(x @ w + b, 0)
+    dev = tvm.cpu()
+
+    t0 = time.perf_counter()
+    ex = ext.build(mod, target)
+    build_s = time.perf_counter() - t0
+    report = ext.last_report()
+    chosen = report.decisions[0].name
+    vm = relax.VirtualMachine(ex, dev)
+    xt = tvm.runtime.tensor(x, dev)
+    got = vm["main"](xt).numpy()
+    err = float(np.abs(got - expect).max())
+
+    contenders = {
+        "numpy": (lambda: x @ w + b) if gemv else (lambda: np.maximum(x @ w + b, 0)),
+        "ext": lambda: vm["main"](xt),
+    }
+    wl = report.decisions[0].workload
+    for cand in REGISTRY.for_op("matmul"):
+        if "llvm" in cand.targets and cand.applies(wl, target):
+            cc = CompiledCandidate(cand, wl, cand.default_config(wl, target), target)
+            args = cc.prepare([x, w, b])
+            out = tvm.runtime.empty((M, N), "float32", dev)
+            fn = cc.kernel["kernel"]
+            contenders[cand.name] = (lambda fn=fn, args=args, out=out: fn(*args, out))
+    flops = 2.0 * M * N * K
+    stock_note = ""
+    if stock and flops / (STOCK_GFLOPS_ESTIMATE * 1e9) <= STOCK_LIMIT_S:
+        sex = relax.build(mod, target)
+        svm = relax.VirtualMachine(sex, dev)
+        contenders["stock_tvm"] = lambda: svm["main"](xt)
+    elif stock:
+        stock_note = "skipped (estimated > 10 s)"
+    res = interleaved(contenders, "numpy", rounds=rounds)
+    return {"shape": f"{M}x{N}x{K}", "chosen": chosen, "source": report.decisions[0].source,
+            "max_abs_err": err, "build_s": build_s, "stock_note": stock_note,
+            "results": {k: dict(v, gflops=gflops(flops, v["median_s"])) for k, v in res.items()}}
+
+
+def print_table(rows):
+    names = []
+    for r in rows:
+        for k in r["results"]:
+            if k not in names:
+                names.append(k)
+    print("\n| shape | ext pick | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for r in rows:
+        cells = []
+        for n in names:
+            v = r["results"].get(n)
+            cells.append("-" if v is None else f"{v['median_s'] * 1e3:.3f} ms, {v['gflops']:.0f} GF, {v['ratio']:.2f}x")
+        print(f"| {r['shape']} | {r['chosen']} | " + " | ".join(cells) + " |")
+    print("\n(ms per call, GFLOPS, time ratio to NumPy measured in the same rounds; lower ratio is faster)")
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({k for r in rows for k in r["results"]})
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    width = 0.8 / len(names)
+    for i, n in enumerate(names):
+        ax.bar([j + i * width for j in range(len(rows))],
+               [r["results"].get(n, {}).get("gflops", 0) for r in rows], width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))], [r["shape"] for r in rows])
+    ax.set_ylabel("GFLOPS")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="MxNxK shapes")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds")
+    ap.add_argument("--no-stock", action="store_true", help="skip stock TVM")
+    ap.add_argument("--json", help="write results as JSON")
+    ap.add_argument("--plot", help="write a PNG bar chart")
+    args = ap.parse_args(argv)
+    target = ext.target.cpu()
+    print(f"target: {ext.target.describe(target)}; numpy threads via OpenBLAS; TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}")
+    rows = []
+    for s in args.shapes:
+        M, N, K = parse_shape(s)
+        row = bench_shape(M, N, K, target, args.rounds, not args.no_stock)
+        print(f"{row['shape']}: ext picked {row['chosen']} ({row['source']}), max abs err {row['max_abs_err']:.2e}, "
+              f"build {row['build_s']:.1f} s {row['stock_note']}", flush=True)
+        rows.append(row)
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""FuseEpilogues: before/after modules compared structurally."""
+from __future__ import annotations
+
+import tvm
+from tvm.script import ir as I, relax as R
+
+from ext.relax_passes import FuseEpilogues
+from ext.relax_passes.fuse_epilogue import epilogue_chains
+
+
+def test_matmul_transposed_bias_gelu_residual_becomes_one_composite():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((8, 16), "float32"), w: R.Tensor((32, 16), "float32"),
+                 b: R.Tensor((32,), "float32"), r: R.Tensor((8, 32), "float32")) -> R.Tensor((8, 32), "float32"):
+            with R.dataflow():
+                wt = R.permute_dims(w, [1, 0])
+                y = R.matmul(x, wt)
+                y2 = R.add(y, b)
+                y3 = R.nn.gelu(y2)
+                y4 = R.add(y3, r)
+                R.output(y4)
+            return y4
+
+    @I.ir_module
+    class Expected:
+        @R.function(private=True)
+        def fused(w: R.Tensor((32, 16), "float32"), x: R.Tensor((8, 16), "float32"), b: R.Tensor((32,), "float32"),
+                  r: R.Tensor((8, 32), "float32")) -> R.Tensor((8, 32), "float32"):
+            R.func_attr({"Composite": "ext.matmul_bias_gelu_residual", "Primitive": True})
+            with R.dataflow():
+                wt = R.permute_dims(w, axes=[1, 0])
+                y = R.matmul(x, wt, out_dtype=None)
+                y2 = R.add(y, b)
+                y3 = R.nn.gelu(y2)
+                gv = R.add(y3, r)
+                R.output(gv)
+            return gv
+
+        @R.function
+        def main(x: R.Tensor((8, 16), "float32"), w: R.Tensor((32, 16), "float32"),
+                 b: R.Tensor((32,), "float32"), r: R.Tensor((8, 32), "float32")) -> R.Tensor((8, 32), "float32"):
+            cls = Expected
+            with R.dataflow():
+                gv = cls.fused(w, x, b, r)
+                R.output(gv)
+            return gv
+
+    after = FuseEpilogues()(Before)
+    # private function names are generated; compare modulo the global var names
+    got = {gv.name_hint: f for gv, f in after.functions_items()}
+    assert set(got) == {"main", "fused_relax_permute_dims_relax_matmul_relax_add_relax_nn_gelu_relax_add"}
+    tvm.ir.assert_structural_equal(
+        got["fused_relax_permute_dims_relax_matmul_relax_add_relax_nn_gelu_relax_add"], Expected["fused"])
+    assert "fused_relax_permute_dims" in after["main"].script() and "R.add" not in after["main"].script()
+
+
+def test_row_broadcast_add_is_not_a_bias():
+    """An add of an (M, 1) tensor varies along rows, not channels: only the matmul is fused."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((8, 16), "float32"), w: R.Tensor((16, 32), "float32"),
+                 c: R.Tensor((8, 1), "float32")) -> R.Tensor((8, 32), "float32"):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                y2 = R.nn.relu(R.add(y, c))
+                R.output(y2)
+            return y2
+
+    after = FuseEpilogues()(Before)
+    names = [f.attrs["Composite"] for _, f in after.functions_items() if f.attrs and "Composite" in f.attrs]
+    assert names == ["ext.matmul"]
+    assert "R.add" in after["main"].script() and "R.nn.relu" in after["main"].script()
+
+
+def test_residual_without_bias_and_bias_first_operand():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((4, 8), "float32"), w: R.Tensor((8, 8), "float32"), b: R.Tensor((1, 8), "float32"),
+                 r: R.Tensor((4, 8), "float32")) -> R.Tensor((4, 8), "float32"):
+            with R.dataflow():
+                y = R.add(b, R.matmul(x, w))  # bias on the left
+                z = R.add(R.sigmoid(y), r)
+                R.output(z)
+            return z
+
+    after = FuseEpilogues()(Before)
+    names = [str(f.attrs["Composite"]) for _, f in after.functions_items() if f.attrs and "Composite" in f.attrs]
+    assert names == ["ext.matmul_bias_sigmoid_residual"]
+
+
+def test_chains_are_ordered_longest_first():
+    chains = epilogue_chains()
+    assert chains[0] == ("bias", "relu", "residual") and chains[-1] == ()
+    assert len(chains) == len(set(chains)) == 2 * 7 * 2
