@@ -75,6 +75,8 @@ def epilogue_chains() -> list[tuple]:
     chains = []
     for bias, act, res in itertools.product((True, False), [*ACTIVATION_OPS, None], (True, False)):
         chains.append(tuple(p for p in (("bias" if bias else None), act, ("residual" if res else None)) if p))
+        if act and res:  # ResNet order: relu(conv + bias + shortcut)
+            chains.append(tuple(p for p in (("bias" if bias else None), "residual", act) if p))
     return sorted(chains, key=len, reverse=True)
 
 
