@@ -1,0 +1,161 @@
+"""Candidate table for the conv2d family (CPU).
+
+Workload convention (``relax_passes/families/conv2d.py``): inputs ``x``, ``w``
+in ``data_layout`` / ``kernel_layout`` then the epilogue tensors; attrs
+``strides``, ``padding`` (t, l, b, r), ``dilation``, ``groups``,
+``out_shape``, ``w_const``. Every candidate reads and writes the workload's
+own layout (NCHW activations for all but ``direct_nhwc``): a blocked layout
+lives only inside a kernel, so consecutive convs need no layout transforms.
+
+Selection without a tuning log (plevel + ``suits``, see ``conv2d_cost.py``):
+Winograd (SPECIALIZED) for 3x3 stride-1 layers where its analytic cost beats
+the direct kernel's; pointwise (SPECIALIZED) for 1x1; depthwise
+(SPECIALIZED) for groups == channels; the blocked direct kernel (BLOCKED)
+for the rest; im2col and NHWC direct (DIRECT) when nothing better applies.
+"""
+from __future__ import annotations
+
+from tvm import te
+
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish, pick_divisor
+from ..tir_schedules.cpu import conv2d as sched
+from ..tir_schedules.cpu.conv2d import DirectConfig, RowConfig
+from ..topi_kernels import conv2d as cv
+from ..topi_kernels.matmul import _i64, ceil_to
+from ..workload import Workload
+from .registry import PLEVEL, Candidate, register
+
+
+def geom(wl: Workload) -> cv.ConvGeom:
+    """The ``ConvGeom`` of a conv2d workload (NCHW/OIHW or NHWC/OHWI)."""
+    x, w = wl.shapes[0], wl.shapes[1]
+    if wl.attr("data_layout", "NCHW") == "NHWC":
+        n, h, wd, c = x
+    else:
+        n, c, h, wd = x
+    if wl.attr("kernel_layout", "OIHW") == "OHWI":
+        o, kh, kw, _ = w
+    else:
+        o, _, kh, kw = w
+    return cv.ConvGeom(n, c, h, wd, o, kh, kw, tuple(wl.attr("strides", (1, 1))),
+                       tuple(wl.attr("padding", (0, 0, 0, 0))), tuple(wl.attr("dilation", (1, 1))),
+                       int(wl.attr("groups", 1)))
+
+
+def lanes(target) -> int:
+    return cpu_info(target).lanes_f32
+
+
+def placeholders(wl: Workload, w_shape=None) -> list[te.Tensor]:
+    names = ["X", "W"] + [f"E{i}" for i in range(len(wl.shapes) - 2)]
+    shapes = list(wl.shapes)
+    if w_shape is not None:
+        shapes[1] = w_shape
+    return [te.placeholder(tuple(_i64(d) for d in s), dtype=dt, name=n) for n, s, dt in zip(names, shapes, wl.dtypes)]
+
+
+def check_common(wl: Workload, layouts=(("NCHW", "OIHW"),)) -> str | None:
+    if any(d != "float32" for d in wl.dtypes) or wl.out_dtype != "float32":
+        return f"float32 only, got {'/'.join(sorted(set(wl.dtypes)))} -> {wl.out_dtype}"
+    lay = (wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW"))
+    if lay not in layouts:
+        return f"layout {lay[0]}/{lay[1]} not handled (needs {', '.join('/'.join(p) for p in layouts)})"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    g = geom(wl)
+    if g.groups < 1 or g.C % g.groups or g.O % g.groups:
+        return f"groups={g.groups} does not divide C={g.C} and O={g.O}"
+    if g.OH < 1 or g.OW < 1:
+        return "empty output"
+    return None
+
+
+def pick_reg_n(ow: int, limit: int) -> int:
+    """Output columns per register tile: the width in ``[limit//2, limit]`` wasting the fewest
+    padded columns (the kernel pads OW up to a multiple), or all of ``ow`` when it is small."""
+    if ow <= limit:
+        return ow
+    return min(range(max(1, limit // 2), limit + 1), key=lambda r: (ceil_to(ow, r) - ow, -r))
+
+
+# -- conv2d.direct_nchwc --------------------------------------------------------------------------
+
+def _direct_blocks(g: cv.ConvGeom, ln: int, ocb_want: int) -> tuple[int, int] | None:
+    """(icb, ocb) for the blocked kernel, or None when groups make blocking impossible."""
+    if g.groups == 1:
+        icb = ln if g.C >= ln else g.C
+        return icb, min(ocb_want, ceil_to(g.O, ln))
+    icb = pick_divisor(g.Cg, ln)
+    if g.Og % ln == 0:
+        return icb, ln * pick_divisor(g.Og // ln, ocb_want // ln)
+    return (icb, g.Og) if g.Og < ln else None
+
+
+def _direct_check(wl, target):
+    reason = check_common(wl)
+    if reason:
+        return reason
+    g = geom(wl)
+    if _direct_blocks(g, lanes(target), 2 * lanes(target)) is None:
+        return f"per-group output channels {g.Og} neither < {lanes(target)} nor a multiple of it"
+    return None
+
+
+def _direct_suits(wl, target):
+    g = geom(wl)
+    if g.groups > 1 and g.groups == g.C:
+        return "depthwise: conv2d.depthwise streams each channel plane"
+    return None
+
+
+def _direct_default(wl, target) -> DirectConfig:
+    g, ln = geom(wl), lanes(target)
+    wide = g.OW >= 32 and g.O >= 4 * ln  # many columns: 4 x 4-vector tiles (56x56 layers)
+    icb, ocb = _direct_blocks(g, ln, 4 * ln if wide else 2 * ln)
+    vecs = max(1, ocb // ln)
+    reg_n = 4 if wide else pick_reg_n(g.OW, min(14, 28 // vecs))
+    return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n)
+
+
+def _direct_space(wl, target):
+    g, ln = geom(wl), lanes(target)
+    out = []
+    for want in (ln, 2 * ln, 4 * ln):
+        icb, ocb = _direct_blocks(g, ln, want)
+        vecs = max(1, ocb // ln)
+        for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, 28 // vecs)}):
+            if reg_n * vecs <= 28 and reg_n <= max(g.OW, 4):
+                cfg = DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n)
+                if cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+def _direct_wshape(g, cfg):
+    rc, ob = cv.nchwc_blocks(g, cfg.icb, cfg.ocb)
+    return (ob, rc, g.KH, g.KW, cfg.icb, cfg.ocb)
+
+
+def _direct_build(wl, cfg: DirectConfig, target):
+    g = geom(wl)
+    X, Wp, *extras = placeholders(wl, _direct_wshape(g, cfg))
+    P, C, D = cv.conv2d_nchwc(X, Wp, g, icb=cfg.icb, ocb=cfg.ocb, ow_pad=cfg.reg_n, epilogue=wl.epilogue,
+                              extras=extras, out_dtype=wl.out_dtype)
+    sch = create_schedule([X, Wp, *extras, D])
+    sched.schedule_direct_nchwc(sch, cfg, lanes(target))
+    return finish(sch, "conv2d.direct_nchwc")
+
+
+def _direct_transforms(wl, cfg: DirectConfig, target):
+    g = geom(wl)
+    Wt = placeholders(wl)[1]
+    Wp = cv.pack_weight_nchwc(Wt, g, cfg.icb, cfg.ocb)
+    sch = create_schedule([Wt, Wp])
+    sched.schedule_pack(sch, "Wp", lanes(target), 2)
+    return {1: finish(sch, "conv2d.pack_nchwc")}
+
+
+register(Candidate("conv2d.direct_nchwc", ("llvm",), PLEVEL.BLOCKED, _direct_check, DirectConfig,
+                   space=_direct_space, default=_direct_default, build=_direct_build,
+                   transforms=_direct_transforms, suits=_direct_suits))

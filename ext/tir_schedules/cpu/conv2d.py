@@ -1,0 +1,139 @@
+"""CPU schedules for the conv2d family (blocks from ``topi_kernels.conv2d``).
+
+Blocked direct (blocks ``P``, ``C``, ``D``)::
+
+    parallel for (n, cb, hp): P[..., 0:icb] = pack(X)               # vectorized over icb lanes
+    parallel for (n, ob, oh):                                        # one output row of one channel block
+      for owo in OWp / reg_n:
+        acc[reg_n][ocb] = 0                                          # reg_n * ocb/lanes zmm registers
+        for rc, kh, kw, ri:                                          # reduction, P broadcast, Wp streamed
+          for owi in reg_n (unrolled): for oi in ocb (vectors unrolled, lanes vectorized):
+            acc[owi][oi] += P[..] * Wp[..]
+        C[n, ob, oh, owo*reg_n : +reg_n, :] = acc
+      D[n, ob*ocb : +ocb, oh, :] = epilogue(C[...])                  # unpack to NCHW while the row is hot
+
+Knobs (``DirectConfig``): ``icb`` (input-channel block), ``ocb`` (output
+channels per tile, a multiple of the vector width), ``reg_n`` (output columns
+per tile). ``reg_n * ocb / lanes`` accumulators must fit in the 32 zmm
+registers with room for the broadcast and weight vectors: <= 28.
+
+Depthwise (``P``, ``C``, ``D``): parallel over (n, o, oh), output row in
+``lanes``-wide vectors, the 3x3 taps unrolled. NHWC direct: parallel over
+(n, oh), output channels vectorized innermost, ``reg_n`` columns unrolled.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tvm import s_tir
+
+from ..common import extent
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectConfig:
+    """Register tile ``reg_n`` output columns x ``ocb`` output channels; input channel block ``icb``."""
+
+    icb: int = 16
+    ocb: int = 32
+    reg_n: int = 7
+
+
+@dataclasses.dataclass(frozen=True)
+class RowConfig:
+    """Row-tiled kernels (depthwise, NHWC): ``reg_n`` output columns per unrolled tile."""
+
+    reg_n: int = 4
+
+
+def _try(fn, *args):
+    try:
+        fn(*args)
+        return True
+    except Exception:  # noqa: BLE001 - a schedule step TVM rejects is skipped
+        return False
+
+
+def _vectorize_split(sch, loop, lanes: int) -> None:
+    """Vectorize ``loop`` in ``lanes``-wide pieces when it divides, else leave it."""
+    n = extent(sch, loop)
+    if n == lanes:
+        sch.vectorize(loop)
+    elif n % lanes == 0:
+        _, inner = sch.split(loop, [None, lanes])
+        sch.vectorize(inner)
+
+
+def schedule_pack(sch: s_tir.Schedule, block: str, lanes: int, n_outer: int) -> None:
+    """Padding/packing stage: parallel over the first ``n_outer`` loops, innermost vectorized."""
+    b = sch.get_sblock(block)
+    loops = sch.get_loops(b)
+    sch.parallel(sch.fuse(*loops[:n_outer]))
+    _vectorize_split(sch, loops[-1], lanes)
+
+
+def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) -> None:
+    """Blocks ``P`` (pack), ``C`` (blocked conv), ``D`` (unpack + epilogue); see module doc."""
+    schedule_pack(sch, "P", lanes, 3)
+    c = sch.get_sblock("C")
+    n, ob, oh, ow, oi, rc, kh, kw, ri = sch.get_loops(c)
+    owo, owi = sch.split(ow, [None, cfg.reg_n])
+    vecs = []
+    if cfg.ocb > lanes:
+        oio, oii = sch.split(oi, [None, lanes])
+        vecs = [oio]
+    else:
+        oii = oi
+    sch.reorder(n, ob, oh, owo, rc, kh, kw, ri, owi, *vecs, oii)
+    row = sch.fuse(n, ob, oh)
+    sch.parallel(row)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, owo)
+    _vectorize_split(sch, sch.get_loops(cw)[-1], lanes)
+    sch.unroll(owi)
+    for v in vecs:
+        sch.unroll(v)
+    sch.vectorize(oii)
+    d = sch.get_sblock("D")
+    if not _try(sch.reverse_compute_at, d, row):  # separate unpack pass
+        dl = sch.get_loops(d)
+        sch.parallel(sch.fuse(*dl[:3]))
+    sch.decompose_reduction(c, rc)
+
+
+def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
+    """Blocks ``P``, ``C`` (over padded width), ``D``."""
+    schedule_pack(sch, "P", lanes, 3)
+    c = sch.get_sblock("C")
+    n, o, oh, ow, kh, kw = sch.get_loops(c)
+    owo, owi = sch.split(ow, [None, cfg.reg_n])
+    row = sch.fuse(n, o, oh)
+    sch.parallel(row)
+    sch.reorder(row, owo, kh, kw, owi)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, owo)
+    sch.unroll(kh)
+    sch.unroll(kw)
+    _vectorize_split(sch, owi, lanes) if cfg.reg_n % lanes == 0 else sch.unroll(owi)
+    d = sch.get_sblock("D")
+    if not _try(sch.reverse_compute_at, d, row):
+        dl = sch.get_loops(d)
+        sch.parallel(sch.fuse(*dl[:3]))
+    sch.decompose_reduction(c, kh)
+
+
+def schedule_nhwc(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
+    """Blocks ``P`` (padded NHWC copy), ``C``, ``D`` (epilogue inlined into the write-back)."""
+    schedule_pack(sch, "P", lanes, 2)
+    c = sch.get_sblock("C")
+    n, oh, ow, o, kh, kw, rc = sch.get_loops(c)
+    owo, owi = sch.split(ow, [None, cfg.reg_n])
+    row = sch.fuse(n, oh)
+    sch.parallel(row)
+    sch.reorder(row, owo, kh, kw, rc, owi, o)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, owo)
+    sch.unroll(owi)
+    _vectorize_split(sch, o, lanes)
+    _try(sch.reverse_compute_inline, sch.get_sblock("D"))
+    sch.decompose_reduction(c, kh)

@@ -1,0 +1,257 @@
+"""2-D convolution computes: blocked direct (NCHWc inside, NCHW outside),
+NHWC direct, depthwise, and the GEMM forms (1x1 pointwise, im2col).
+
+Geometry (``ConvGeom``): data ``N x C x H x W``, weight ``O x C/g x KH x KW``,
+stride ``(sh, sw)``, padding ``(top, left, bottom, right)``, dilation
+``(dh, dw)``, ``g`` groups; ``OH = (H + top + bottom - dh*(KH-1) - 1) // sh + 1``
+(same for ``OW``). Cost: ``2 * N * O * OH * OW * C/g * KH * KW`` flops.
+
+Blocked direct (``direct_nchwc``)::
+
+    P[n, cb, hp, wp, ci] = Xpad[n, cb*icb + ci, hp, wp]          # pad + pack, in-kernel
+    for n, ob, oh, ow (ow padded to OWp), oi in ocb:               # C in NCHW[ocb]c
+        C[n, ob, oh, ow, oi] = sum_{rc, kh, kw, ri}
+            P[n, cb(ob, rc), oh*sh + kh*dh, ow*sw + kw*dw, ri] * Wp[ob, rc, kh, kw, ri, oi]
+    D[n, o, oh, ow] = epilogue(C[n, o // ocb, oh, ow, o % ocb])     # unpack to NCHW
+
+``Wp`` (``pack_weight_nchwc``) is OIHW regrouped into ``ocb``-wide output and
+``icb``-wide input blocks, zero-padded past ``O``/``C`` (groups == 1) and built
+once at compile time for constant weights. With groups > 1 the blocks must
+divide the per-group channel counts and ``cb(ob, rc)`` picks the group's
+input blocks. Bytes: the input once (pack), the weight once per output row
+tile, the output twice (C, then D).
+
+GEMM forms (``conv_gemm_operands``): with ``K = C*KH*KW`` and ``P = N*OH*OW``
+columns, ``C[o, p] = sum_k W2[o, k] * Bp[p // nb, k, p % nb]``: ``Bp`` is the
+im2col patch matrix already in ``matmul.packed``'s panel layout (a 1x1
+stride-1 conv reads ``X`` itself, no copy), so the matmul compute and schedule
+are reused unchanged; ``D[n, o, oh, ow] = epilogue(C[o, n*OH*OW + oh*OW + ow])``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tvm import te, tirx
+
+from . import epilogue as ep
+from .matmul import _i64, ceil_to
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeom:
+    """Shapes of one conv2d (all ints); layouts are handled by the caller."""
+
+    N: int
+    C: int
+    H: int
+    W: int
+    O: int
+    KH: int
+    KW: int
+    stride: tuple = (1, 1)
+    pad: tuple = (0, 0, 0, 0)  # top, left, bottom, right
+    dilation: tuple = (1, 1)
+    groups: int = 1
+
+    @property
+    def OH(self) -> int:
+        return (self.H + self.pad[0] + self.pad[2] - self.dilation[0] * (self.KH - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def OW(self) -> int:
+        return (self.W + self.pad[1] + self.pad[3] - self.dilation[1] * (self.KW - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def Cg(self) -> int:
+        return self.C // self.groups
+
+    @property
+    def Og(self) -> int:
+        return self.O // self.groups
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.N * self.O * self.OH * self.OW * self.Cg * self.KH * self.KW
+
+
+def _zero(dtype):
+    return tirx.const(0, dtype)
+
+
+def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW"):
+    """``(n, c, hp, wp) -> X`` at padded coordinates, zero outside the image."""
+    top, left = g.pad[0], g.pad[1]
+
+    def read(n, c, hp, wp):
+        h, w = hp - _i64(top), wp - _i64(left)
+        inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
+        hc = te.max(te.min(h, _i64(g.H - 1)), _i64(0))
+        wc = te.max(te.min(w, _i64(g.W - 1)), _i64(0))
+        val = X[n, c, hc, wc] if layout == "NCHW" else X[n, hc, wc, c]
+        return tirx.if_then_else(inside, val, _zero(X.dtype))
+
+    return read
+
+
+# -- blocked direct --------------------------------------------------------------------------------
+
+def nchwc_blocks(g: ConvGeom, icb: int, ocb: int) -> tuple[int, int]:
+    """(input blocks per group, output blocks) of the packed layouts."""
+    if g.groups == 1:
+        return ceil_to(g.C, icb) // icb, ceil_to(g.O, ocb) // ocb
+    return g.Cg // icb, g.O // ocb
+
+
+def pack_weight_nchwc(Wt: te.Tensor, g: ConvGeom, icb: int, ocb: int) -> te.Tensor:
+    """``Wp[ob, rc, kh, kw, ri, oi] = W[ob*ocb + oi, rc*icb + ri, kh, kw]`` (zero past O / C/g)."""
+    RC, OB = nchwc_blocks(g, icb, ocb)
+
+    def body(ob, rc, kh, kw, ri, oi):
+        o, c = ob * ocb + oi, rc * icb + ri
+        val = Wt[te.min(o, _i64(g.O - 1)), te.min(c, _i64(g.Cg - 1)), kh, kw]
+        return tirx.if_then_else(tirx.all(o < g.O, c < g.Cg), val, _zero(Wt.dtype))
+
+    shape = (OB, RC, g.KH, g.KW, icb, ocb)
+    return te.compute(tuple(_i64(d) for d in shape), body, name="Wp")
+
+
+def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int, ow_pad: int = 1,
+                 epilogue=(), extras=(), out_dtype="float32"):
+    """Blocked direct conv (see module doc); returns ``(P, C, D)``."""
+    RC, OB = nchwc_blocks(g, icb, ocb)
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    OWp = ceil_to(g.OW, ow_pad)
+    CB = RC * g.groups
+    Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
+    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
+    read = padded_read(X, g)
+
+    def pack(n, cb, hp, wp, ci):
+        c = cb * icb + ci
+        val = read(n, te.min(c, _i64(g.C - 1)), hp, wp)
+        # padded width columns past OW (ow_pad) and channels past C read zeros
+        ok = tirx.all(c < g.C, wp < g.W + g.pad[1])
+        return tirx.if_then_else(ok, val, _zero(X.dtype))
+
+    P = te.compute((_i64(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
+    rc = te.reduce_axis((_i64(0), _i64(RC)), name="rc")
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    ri = te.reduce_axis((_i64(0), _i64(icb)), name="ri")
+    obg = OB // g.groups  # output blocks per group
+
+    def conv(n, ob, oh, ow, oi):
+        cb = rc if g.groups == 1 else (ob // obg) * RC + rc
+        return te.sum(P[n, cb, oh * sh + kh * dh, ow * sw + kw * dw, ri].astype(out_dtype)
+                      * Wp[ob, rc, kh, kw, ri, oi].astype(out_dtype), axis=[rc, kh, kw, ri])
+
+    C = te.compute((_i64(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)),
+                        lambda n, o, oh, ow: C[n, o // ocb, oh, ow, o % ocb], epilogue, extras, out_dtype)
+    return P, C, D
+
+
+# -- NHWC direct (any groups) ----------------------------------------------------------------------
+
+def conv2d_nhwc(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, kernel_layout="HWIO", epilogue=(), extras=(),
+                out_dtype="float32"):
+    """``D[n, oh, ow, o] = epilogue(sum_{kh, kw, c} Xpad[n, oh*sh+kh*dh, ow*sw+kw*dw, grp*Cg+c] * W(kh, kw, c, o))``.
+
+    ``kernel_layout`` is ``"HWIO"`` (``W[kh, kw, c, o]``) or ``"OHWI"``; returns ``(Xp, C, D)``.
+    """
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
+    Wpd = (g.OW - 1) * sw + (g.KW - 1) * dw + 1
+    read = padded_read(X, g, "NHWC")
+    Xp = te.compute((_i64(g.N), _i64(Hp), _i64(Wpd), _i64(g.C)), lambda n, h, w, c: read(n, c, h, w), name="P")
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    rc = te.reduce_axis((_i64(0), _i64(g.Cg)), name="rc")
+    w_at = (lambda a, b, c, o: Wt[a, b, c, o]) if kernel_layout == "HWIO" else (lambda a, b, c, o: Wt[o, a, b, c])
+
+    def conv(n, oh, ow, o):
+        c = rc if g.groups == 1 else (o // g.Og) * g.Cg + rc
+        return te.sum(Xp[n, oh * sh + kh * dh, ow * sw + kw * dw, c].astype(out_dtype)
+                      * w_at(kh, kw, rc, o).astype(out_dtype), axis=[kh, kw, rc])
+
+    C = te.compute((_i64(g.N), _i64(g.OH), _i64(g.OW), _i64(g.O)), conv, name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.OH, g.OW, g.O)), lambda *i: C[i], epilogue, extras,
+                        out_dtype)
+    return Xp, C, D
+
+
+# -- depthwise ---------------------------------------------------------------------------------------
+
+def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, epilogue=(), extras=(),
+                   out_dtype="float32"):
+    """Depthwise (``groups == C``, multiplier ``O // C``)::
+
+        D[n, o, oh, ow] = epilogue(sum_{kh, kw} Xpad[n, o // mult, oh*sh + kh*dh, ow*sw + kw*dw] * W[o, 0, kh, kw])
+
+    The padded input ``P`` is materialised in-kernel; ``C`` is computed over
+    ``ow`` padded to ``ow_pad`` so vector tiles divide it. Returns ``(P, C, D)``.
+    """
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    mult = g.O // g.C
+    OWp = ceil_to(g.OW, ow_pad)
+    Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
+    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
+    read = padded_read(X, g)
+
+    def pack(n, c, hp, wp):
+        return tirx.if_then_else(wp < g.W + g.pad[1], read(n, c, hp, wp), _zero(X.dtype))
+
+    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(Wpd)), pack, name="P")
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    C = te.compute((_i64(g.N), _i64(g.O), _i64(g.OH), _i64(OWp)), lambda n, o, oh, ow: te.sum(
+        P[n, o // mult, oh * sh + kh * dh, ow * sw + kw * dw].astype(out_dtype)
+        * Wt[o, _i64(0), kh, kw].astype(out_dtype), axis=[kh, kw]), name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
+                        epilogue, extras, out_dtype)
+    return P, C, D
+
+
+# -- GEMM forms: pointwise (1x1) and im2col ------------------------------------------------------------
+
+def gemm_dims(g: ConvGeom) -> tuple[int, int, int]:
+    """(M, N, K) of the GEMM form: rows = output channels, columns = N*OH*OW, K = C*KH*KW."""
+    return g.O, g.N * g.OH * g.OW, g.C * g.KH * g.KW
+
+
+def is_identity_1x1(g: ConvGeom) -> bool:
+    """A 1x1 stride-1 unpadded conv of batch 1 reads ``X`` as its (K, P) matrix as-is."""
+    return g.KH == g.KW == 1 and g.stride == (1, 1) and not any(g.pad) and g.N == 1
+
+
+def im2col_packed(X: te.Tensor, g: ConvGeom, nb: int) -> te.Tensor:
+    """Patch matrix in panel layout: ``Bp[pb, k, pl] = Xpad[n, c, oh*sh + kh*dh, ow*sw + kw*dw]``
+    with ``p = pb*nb + pl = n*OH*OW + oh*OW + ow`` and ``k = (c*KH + kh)*KW + kw``; zero for
+    ``p >= N*OH*OW`` (panel padding)."""
+    _, P, K = gemm_dims(g)
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    read = padded_read(X, g)
+    hw = g.OH * g.OW
+
+    def body(pb, k, pl):
+        p = pb * nb + pl
+        pc = te.min(p, _i64(P - 1))
+        n, r = pc // hw, pc % hw
+        oh, ow = r // g.OW, r % g.OW
+        c, kk = k // (g.KH * g.KW), k % (g.KH * g.KW)
+        kh, kw = kk // g.KW, kk % g.KW
+        val = read(n, c, oh * sh + kh * dh, ow * sw + kw * dw)
+        return tirx.if_then_else(p < P, val, _zero(X.dtype))
+
+    return te.compute((_i64(ceil_to(P, nb) // nb), _i64(K), _i64(nb)), body, name="Bp")
+
+
+def conv_output(C: te.Tensor, g: ConvGeom, epilogue=(), extras=(), out_dtype="float32") -> te.Tensor:
+    """``D[n, o, oh, ow] = epilogue(C[o, n*OH*OW + oh*OW + ow])`` (GEMM result back to NCHW)."""
+    hw = g.OH * g.OW
+    return ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)),
+                           lambda n, o, oh, ow: C[o, n * hw + oh * g.OW + ow], epilogue, extras, out_dtype)

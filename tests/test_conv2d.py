@@ -1,0 +1,90 @@
+"""Every CPU conv2d candidate against an independent float64 NumPy conv on awkward shapes."""
+from __future__ import annotations
+
+import pytest
+
+from ext.runner import CompiledCandidate, random_inputs
+from ext.strategies import REGISTRY
+from ext.testing import assert_close
+
+from conv2d_helpers import conv_tol, conv_wl, reference
+
+CANDIDATES = ["conv2d.direct_nchwc", "conv2d.direct_nhwc", "conv2d.winograd", "conv2d.im2col",
+              "conv2d.pointwise", "conv2d.depthwise"]
+
+# (N, C, H, W, O, K, stride, pad, dilation, groups)
+SHAPES = [
+    (1, 3, 7, 9, 5, 3, 1, 1, 1, 1),        # odd everything, C < vector width
+    (2, 17, 11, 13, 19, 3, 2, 2, 1, 1),    # batch 2, stride 2, pad 2, prime channels
+    (1, 16, 14, 14, 32, 3, 1, 1, 2, 1),    # dilation 2
+    (1, 32, 9, 9, 33, 3, 1, 0, 1, 1),      # pad 0, O one past a block
+    (1, 1, 1, 1, 1, 1, 1, 0, 1, 1),        # all size 1
+    (1, 8, 10, 10, 12, 3, 1, 1, 1, 4),     # grouped
+    (1, 6, 12, 11, 6, 3, 1, 1, 1, 6),      # depthwise
+    (1, 12, 13, 13, 24, 3, 2, 1, 1, 12),   # depthwise, multiplier 2, stride 2
+    (1, 13, 5, 7, 29, 1, 1, 0, 1, 1),      # 1x1
+    (1, 24, 17, 17, 40, 1, 2, 0, 1, 1),    # 1x1 stride 2 (ResNet downsample)
+    (2, 20, 6, 6, 18, 1, 1, 0, 1, 1),      # 1x1 batch 2
+    (1, 64, 14, 14, 64, 3, 1, 1, 1, 1),    # a ResNet layer (smaller)
+]
+
+
+def _id(s):
+    return "n{}c{}h{}w{}o{}k{}s{}p{}d{}g{}".format(*s)
+
+
+@pytest.mark.parametrize("name", CANDIDATES)
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+def test_candidate_matches_numpy(cpu_target, name, shape):
+    if name not in REGISTRY:
+        pytest.skip(f"{name} not registered")
+    N, C, H, W, O, K, s, p, d, g = shape
+    layout = "NHWC" if name == "conv2d.direct_nhwc" else "NCHW"
+    wl = conv_wl(N, C, H, W, O, K, stride=s, pad=p, dil=d, groups=g, layout=layout,
+                 epilogue=("bias", "residual", "relu"))
+    cand = REGISTRY.get(name)
+    verdict = cand.applies(wl, cpu_target)
+    if not verdict:
+        pytest.skip(f"{name} declines: {verdict.reason}")
+    xs = random_inputs(wl, seed=sum(shape))
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    tol = conv_tol(wl)
+    if name == "conv2d.winograd":
+        # Winograd's error bound (see topi_kernels/winograd.py): <= 1e-4 of the largest output;
+        # measured ~4e-6 relative for F(4x4,3x3)
+        tol = dict(rtol=0, atol=1e-4 * max(1.0, float(abs(reference(wl, xs)).max())))
+    assert_close(out, reference(wl, xs), **tol, what=f"{name} {shape}")
+
+
+@pytest.mark.parametrize("name", CANDIDATES)
+def test_space_points_are_correct(cpu_target, name):
+    """A few points of each knob space on an odd shape: tuning may pick any of them."""
+    if name not in REGISTRY:
+        pytest.skip(f"{name} not registered")
+    cand = REGISTRY.get(name)
+    layout = "NHWC" if name == "conv2d.direct_nhwc" else "NCHW"
+    if name == "conv2d.pointwise":
+        wl = conv_wl(1, 19, 9, 11, 35, 1, pad=0, layout=layout, epilogue=("bias", "sigmoid"))
+    elif name == "conv2d.depthwise":
+        wl = conv_wl(1, 21, 9, 11, 21, 3, groups=21, layout=layout, epilogue=("bias", "sigmoid"))
+    else:
+        wl = conv_wl(1, 19, 9, 11, 35, 3, layout=layout, epilogue=("bias", "sigmoid"))
+    assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
+    xs = random_inputs(wl, seed=5)
+    ref = reference(wl, xs)
+    space = cand.space(wl, cpu_target)
+    assert space, f"{name} has an empty space"
+    for cfg in space[:: max(1, len(space) // 4)]:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, ref, rtol=1e-5, atol=2e-4, what=f"{name} {cfg}")
+
+
+def test_candidates_decline_with_reasons(cpu_target):
+    int_wl = conv_wl(1, 4, 6, 6, 4, 3).with_(dtypes=("int32",) * 3, out_dtype="int32")
+    blocked = conv_wl(1, 4, 6, 6, 4, 3)
+    blocked = blocked.with_(attrs=dict(dict(blocked.attrs), data_layout="NCHW16c"))
+    for cand in REGISTRY.for_op("conv2d"):
+        v = cand.applies(int_wl, cpu_target)
+        assert not v and "float32" in v.reason
+        v = cand.applies(blocked, cpu_target)
+        assert not v and "layout" in v.reason, (cand.name, v.reason)
