@@ -1,0 +1,96 @@
+"""CPU schedules for row softmax (blocks ``max``, ``exp``, ``sum``, ``out`` of
+``topi_kernels.softmax``).
+
+``rowwise`` (rows of at least one vector)::
+
+    parallel for r0 in rows / rows_per_task:
+      for r1 in rows_per_task:
+        acc[lanes] = -inf; for k0: acc = max(acc, X[r, k0*lanes : +lanes])   # rfactor, vectorized
+        m = hmax(acc)
+        for k (vectorized): E[k] = exp(X[r, k] - m)        # E: n floats, L1
+        acc[lanes] = 0; for k0: acc += E[k0*lanes : +lanes]; s = hsum(acc)
+        for k (vectorized): Y[r, k] = E[k] / s
+
+``short`` (rows shorter than a vector or of odd length): the same passes,
+scalar and unrolled per row, with many rows per parallel task.
+
+A tail (``n`` not a multiple of ``lanes``) runs as a predicated vector loop in
+the element-wise passes; the reductions then stay scalar (an rfactor over a
+predicated split miscompiled in TVM 0.27, so it is not used).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tvm import s_tir
+
+from ..common import extent, has_block
+
+
+@dataclasses.dataclass(frozen=True)
+class RowConfig:
+    """``rows_per_task`` rows per parallel iteration; ``lanes`` vector width of the row loops."""
+
+    rows_per_task: int = 1
+    lanes: int = 16
+
+
+def _vectorize_inner(sch, block, lanes: int) -> None:
+    loop = sch.get_loops(block)[-1]
+    n = extent(sch, loop)
+    if n <= lanes:
+        sch.vectorize(loop) if n == lanes else sch.unroll(loop)
+        return
+    _, inner = sch.split(loop, [None, lanes])
+    sch.vectorize(inner)
+
+
+def rfactor_lanes(sch, block, lanes: int):
+    """Split ``block``'s (innermost) reduction loop into lanes and rfactor it: returns the
+    per-lane partial block (``None`` when the loop is too short). Call before compute_at."""
+    loop = sch.get_loops(block)[-1]
+    n = extent(sch, loop)
+    if n < 2 * lanes or n % lanes:  # a predicated rfactor tail miscompiles: keep it scalar
+        return None
+    _, k1 = sch.split(loop, [None, lanes])
+    return sch.rfactor(k1, factor_axis=len(sch.get_loops(block)) - 2)
+
+
+def vectorize_rf(sch, rf) -> None:
+    """Vectorize a partial block from ``rfactor_lanes`` (after compute_at) and split its init."""
+    k1, k0 = sch.get_loops(rf)[-2:]  # compute_at orders the spatial lane loop first
+    sch.reorder(k0, k1)
+    sch.vectorize(k1)
+    sch.decompose_reduction(rf, k0)
+
+
+def _rows(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
+    """Parallel row loop; ``blocks`` (consumers first) and their rfactor partials at the row."""
+    out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
+    r, _ = sch.get_loops(out)
+    r0, r1 = sch.split(r, [None, cfg.rows_per_task])
+    if has_block(sch, "cast"):
+        sch.compute_at(sch.get_sblock("out"), r1)
+    for name in blocks:
+        sch.compute_at(sch.get_sblock(name), r1)
+        if has_block(sch, name + "_rf"):
+            sch.compute_at(sch.get_sblock(name + "_rf"), r1)
+    sch.parallel(r0)
+
+
+def schedule_rowwise(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("max", "sum")]
+    _rows(sch, cfg)
+    for rf in rfs:
+        if rf is not None:
+            vectorize_rf(sch, rf)
+    for name in ("out", "exp") + (("cast",) if has_block(sch, "cast") else ()):
+        _vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
+
+
+def schedule_short(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    _rows(sch, cfg)
+    for name in ("out", "exp", "max", "sum"):
+        loop = sch.get_loops(sch.get_sblock(name))[-1]
+        if extent(sch, loop) <= 32:
+            sch.unroll(loop)

@@ -1,0 +1,39 @@
+"""Softmax over the last axis of a ``(rows, n)`` matrix, numerically safe.
+
+Algorithm (three passes over a row that stays in L1)::
+
+    for r in [0, rows):
+        m = max_k X[r, k]                       # n compares
+        for k: E[k] = exp(X[r, k] - m)          # every exponent <= 0: no overflow
+        s = sum_k E[k]                          # s >= 1 (the max element gives exp(0))
+        for k: Y[r, k] = E[k] * (1 / s)         # one division per row
+
+Cost: about ``16 * rows * n`` flops (12 for the polynomial ``exp``, see
+``elemwise.py``) and ``8 * rows * n`` bytes moved (X read once, Y written once).
+Subtracting the row max keeps every ``exp`` argument <= 0, so inputs around
++-1e4 (or any finite values) give finite outputs; a row that is all ``-inf``
+gives NaN, as in NumPy and PyTorch.
+
+N-D inputs are flattened to rows by the Relax family (a free reshape).
+"""
+from __future__ import annotations
+
+from tvm import te, tirx
+
+from . import elemwise as ew
+
+
+def _i64(v):
+    return tirx.IntImm("int64", int(v))
+
+
+def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32") -> te.Tensor:
+    """``Y = softmax(X, axis=-1)`` for ``X`` of shape ``(rows, n)``; blocks ``max``, ``exp``, ``sum``, ``out``."""
+    k = te.reduce_axis((_i64(0), _i64(n)), name="k")
+    M = te.compute((_i64(rows),), lambda r: te.max(X[r, k], axis=k), name="max")
+    E = te.compute((_i64(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
+    k2 = te.reduce_axis((_i64(0), _i64(n)), name="k2")
+    S = te.compute((_i64(rows),), lambda r: te.sum(E[r, k2], axis=k2), name="sum")
+    one = tirx.const(1.0, X.dtype)
+    Y = te.compute((_i64(rows), _i64(n)), lambda r, j: E[r, j] * (one / S[r]), name="out")
+    return Y if out_dtype == X.dtype else te.compute(Y.shape, lambda *i: Y[i].astype(out_dtype), name="cast")
