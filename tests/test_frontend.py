@@ -1,0 +1,73 @@
+"""PyTorch and ONNX import of the built-in models (small variants), checked against PyTorch."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import ext
+from ext.testing import assert_close, run_relax
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+from ext.frontend import UnsupportedOperatorError, from_onnx, from_torch  # noqa: E402
+from ext.models import torch_model  # noqa: E402
+
+# float32 end to end: ext's kernels sum in a different order than PyTorch's (oneDNN), and the
+# errors of ~20 layers add up; outputs are O(1), so 1e-4 absolute is ~100 ulps of the largest value
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def onnx_of(model, inputs):
+    buf = io.BytesIO()
+    torch.onnx.export(model, inputs, buf, opset_version=17, input_names=["x"], dynamo=False)
+    return onnx.load_from_string(buf.getvalue())
+
+
+@pytest.mark.parametrize("name", ["resnet18", "encoder", "mlp"])
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+def test_builtin_model_matches_pytorch(cpu_target, name, frontend):
+    model, inputs = torch_model(name, small=True)
+    with torch.no_grad():
+        expect = model(*inputs).numpy()
+    if frontend == "torch":
+        mod = from_torch(model, inputs)
+    else:
+        mod = from_onnx(onnx_of(model, inputs), shape_dict={"x": list(inputs[0].shape)})
+    got = run_relax(ext.build(mod, cpu_target), *[t.numpy() for t in inputs])
+    assert_close(got, expect, **TOL, what=f"{name} via {frontend}")
+    report = ext.last_report()
+    assert len(report) >= 1 and all(d.alternatives is not None for d in report)
+
+
+def test_resnet50_structure_imports():
+    model, inputs = torch_model("resnet50", small=True)
+    mod = from_torch(model, inputs)
+    assert "conv2d" in mod.script()
+
+
+def test_unsupported_torch_operator_is_named():
+    class Weird(torch.nn.Module):
+        def forward(self, x):
+            return torch.special.bessel_j0(x)
+
+    with pytest.raises(UnsupportedOperatorError, match="bessel_j0"):
+        from_torch(Weird(), (torch.randn(3),))
+
+
+def test_unsupported_onnx_operator_is_named():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("NoSuchOperator", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOperatorError, match="NoSuchOperator"):
+        from_onnx(model)
+
+
+def test_unknown_builtin_model_is_named():
+    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+        torch_model("vgg")
