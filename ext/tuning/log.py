@@ -1,0 +1,308 @@
+"""The tuning log: append-only JSONL, one record per measurement.
+
+A record (one line, one JSON object)::
+
+    {"schema": 1, "workload": "<Workload.key>", "workload_json": {...},
+     "target": {"kind": "llvm", "mcpu": "znver4", "isa": "avx512", "cores": 2, "arch": null, ...},
+     "candidate": "matmul.packed", "candidate_version": 1, "config": {"mb": 4, "nb": 64, ...},
+     "status": "ok" | "wrong" | "failed" | "timeout" | "infra",
+     "seconds": 0.0095 | null, "times": [...], "max_error": 1.2e-5 | null, "error": null | "...",
+     "tvm_version": "0.27.0.post1", "ext_version": "0.1.0", "timestamp": "2026-...Z",
+     "device": "local" | "rpc:<key>", "measure": {"number": .., "repeat": ..}}
+
+``status``: ``ok`` (checked against the reference, time counts), ``wrong``
+(output differs from the reference: never chosen), ``failed`` (build or run
+raised, or the worker crashed), ``timeout`` (exceeded the time limit),
+``infra`` (the measuring machinery failed, e.g. an RPC server died: not the
+candidate's fault, so resuming measures the point again).
+
+Every record is written with one ``write`` call, flushed and fsynced, so a
+killed tuner loses at most the record being written; a torn last line is
+reported as malformed (with its line number) and skipped, and the next append
+starts on a fresh line. Records are never rewritten or deleted.
+
+Provenance: a record is *valid* for a target when its target fields
+(``PROVENANCE_FIELDS``), the TVM and ext versions and the candidate's version
+match the current ones. Others are *stale*: they are counted per reason and
+reported, never used and never dropped from the file.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import json
+import os
+import warnings
+from typing import Iterable
+
+from ..workload import Workload
+
+SCHEMA = 1
+STATUSES = ("ok", "wrong", "failed", "timeout", "infra")
+#: target fields that must match for a record to be used
+PROVENANCE_FIELDS = ("kind", "mcpu", "isa", "cores", "arch")
+#: statuses a resumed run does not measure again (``infra`` is not the candidate's fault)
+FINAL_STATUSES = ("ok", "wrong", "failed", "timeout")
+
+
+class TuningLogWarning(UserWarning):
+    """Malformed lines and stale records in a tuning log."""
+
+
+def target_info(target) -> dict:
+    """Provenance fields of a target (JSON-able), e.g. kind, mcpu, isa, cores, arch, threads."""
+    from ..target import cpu_info
+
+    kind = target.kind.name
+    info = {"kind": kind, "mcpu": None, "isa": None, "cores": None, "arch": None,
+            "threads": int(os.environ.get("TVM_NUM_THREADS", "0")) or None}
+    if kind == "llvm":
+        ci = cpu_info(target)
+        info.update(mcpu=ci.mcpu, isa=ci.isa, cores=ci.cores)
+    else:
+        info.update(arch=str(target.attrs.get("arch", "")) or None)
+    return info
+
+
+def versions() -> dict:
+    import tvm
+
+    from .. import __version__ as ext_version
+
+    return {"tvm_version": tvm.__version__, "ext_version": ext_version}
+
+
+def point_key(wl_key: str, candidate: str, config: dict) -> tuple:
+    """Identity of one measured point: (workload key, candidate name, canonical config JSON)."""
+    return (wl_key, candidate, json.dumps(config, sort_keys=True))
+
+
+@dataclasses.dataclass
+class Record:
+    """One measurement (see the module doc for the fields)."""
+
+    workload: str
+    workload_json: dict
+    target: dict
+    candidate: str
+    candidate_version: int
+    config: dict
+    status: str
+    seconds: float | None = None
+    times: list = dataclasses.field(default_factory=list)
+    max_error: float | None = None
+    error: str | None = None
+    tvm_version: str = ""
+    ext_version: str = ""
+    timestamp: str = ""
+    device: str = "local"
+    measure: dict = dataclasses.field(default_factory=dict)
+    schema: int = SCHEMA
+    line: int = 0  # line number in the file it was read from (not written)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"record status must be one of {STATUSES}, got {self.status!r}")
+        if self.status == "ok" and (self.seconds is None or not self.seconds > 0):
+            raise ValueError(f"an 'ok' record needs positive seconds, got {self.seconds!r}")
+
+    @property
+    def key(self) -> tuple:
+        return point_key(self.workload, self.candidate, self.config)
+
+    @property
+    def wl(self) -> Workload:
+        return Workload.from_json(self.workload_json)
+
+    @property
+    def gflops(self) -> float | None:
+        if self.seconds is None:
+            return None
+        return self.wl.flops / self.seconds / 1e9
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out.pop("line")
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict, line: int = 0) -> "Record":
+        if not isinstance(data, dict):
+            raise ValueError(f"a record is a JSON object, got {type(data).__name__}")
+        fields = {f.name for f in dataclasses.fields(cls)} - {"line"}
+        missing = [f for f in ("workload", "workload_json", "target", "candidate", "candidate_version",
+                               "config", "status") if f not in data]
+        if missing:
+            raise ValueError(f"record lacks fields {missing}")
+        rec = cls(**{k: v for k, v in data.items() if k in fields}, line=line)
+        if not isinstance(rec.config, dict) or not isinstance(rec.target, dict):
+            raise ValueError("record 'config' and 'target' must be JSON objects")
+        if rec.wl.key != rec.workload:
+            raise ValueError(f"workload key {rec.workload!r} does not match its workload_json")
+        return rec
+
+
+def make_record(wl: Workload, target, cand, config: dict, result, device: str = "local",
+                measure: dict | None = None) -> Record:
+    """A record for one measurement ``result`` (a ``measure.Result``)."""
+    return Record(workload=wl.key, workload_json=wl.to_json(), target=target_info(target),
+                  candidate=cand.name, candidate_version=int(cand.version), config=config,
+                  status=result.status, seconds=result.seconds, times=list(result.times),
+                  max_error=result.max_error, error=result.error, device=device, measure=dict(measure or {}),
+                  timestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                  **versions())
+
+
+class Staleness:
+    """Why records do not apply to the current target/versions, with counts."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+
+    def add(self, reason: str) -> None:
+        self.counts[reason] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __str__(self) -> str:
+        return ", ".join(f"{n} {r}" for r, n in self.counts.most_common()) or "none"
+
+
+def stale_reason(rec: Record, target_fields: dict, vers: dict, registry=None) -> str | None:
+    """Why ``rec`` does not apply (None when it is valid)."""
+    from ..strategies.registry import REGISTRY
+
+    registry = registry or REGISTRY
+    for f in PROVENANCE_FIELDS:
+        if rec.target.get(f) != target_fields.get(f):
+            return f"target {f} {rec.target.get(f)!r} != {target_fields.get(f)!r}"
+    if rec.tvm_version != vers["tvm_version"]:
+        return f"TVM {rec.tvm_version} != {vers['tvm_version']}"
+    if rec.ext_version != vers["ext_version"]:
+        return f"ext {rec.ext_version} != {vers['ext_version']}"
+    if rec.candidate not in registry:
+        return f"unknown candidate {rec.candidate}"
+    cur = registry.get(rec.candidate).version
+    if rec.candidate_version != cur:
+        return f"{rec.candidate} version {rec.candidate_version} != {cur}"
+    return None
+
+
+class TuningLog:
+    """An append-only JSONL file of ``Record`` s.
+
+    Parameters
+    ----------
+    path : the log file (created on the first append; its directory must exist).
+
+    Example
+    -------
+    >>> log = TuningLog("tune.jsonl")            # doctest: +SKIP
+    >>> valid, stale = log.split(ext.target.cpu())  # doctest: +SKIP
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.malformed: list[tuple[int, str]] = []
+
+    # -- reading ---------------------------------------------------------------
+    def records(self, warn: bool = True) -> list[Record]:
+        """Every well-formed record in file order; malformed lines are skipped with a warning."""
+        out, self.malformed = [], []
+        if not os.path.exists(self.path):
+            return out
+        with open(self.path, "rb") as f:
+            for n, raw in enumerate(f, start=1):
+                text = raw.decode("utf-8", errors="replace").strip()
+                if not text:
+                    continue
+                try:
+                    out.append(Record.from_json(json.loads(text), line=n))
+                except (ValueError, TypeError) as err:
+                    self.malformed.append((n, str(err)[:200]))
+        if warn:
+            for n, why in self.malformed:
+                warnings.warn(f"{self.path}:{n}: malformed tuning record skipped ({why})",
+                              TuningLogWarning, stacklevel=2)
+        return out
+
+    def split(self, target, registry=None, warn: bool = True) -> tuple[list[Record], Staleness]:
+        """(records valid for ``target`` and the current versions, staleness counts)."""
+        tf, vers = target_info(target), versions()
+        valid, stale = [], Staleness()
+        for rec in self.records(warn=warn):
+            why = stale_reason(rec, tf, vers, registry)
+            if why is None:
+                valid.append(rec)
+            else:
+                stale.add(why)
+        if warn and stale.total:
+            warnings.warn(f"{self.path}: {stale.total} stale tuning records not used ({stale})",
+                          TuningLogWarning, stacklevel=2)
+        return valid, stale
+
+    def measured(self, target, registry=None) -> set:
+        """Point keys (``point_key``) that a resumed run must not measure again."""
+        valid, _ = self.split(target, registry, warn=False)
+        return {r.key for r in valid if r.status in FINAL_STATUSES}
+
+    def history(self, target, registry=None) -> "History":
+        valid, stale = self.split(target, registry)
+        return History(valid, stale)
+
+    # -- writing ---------------------------------------------------------------
+    def append(self, rec: Record) -> None:
+        """Append one record durably (one write, flush, fsync); starts a fresh line after a torn one."""
+        data = json.dumps(rec.to_json(), sort_keys=True, allow_nan=False)
+        with open(self.path, "ab+") as f:
+            f.seek(0, os.SEEK_END)
+            prefix = b""
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    prefix = b"\n"  # the previous writer was killed mid-line
+            f.write(prefix + data.encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def extend(self, recs: Iterable[Record]) -> None:
+        for r in recs:
+            self.append(r)
+
+
+class History:
+    """Best valid record per workload; what the ``Selector`` consults (source ``log``)."""
+
+    def __init__(self, records: list[Record], stale: Staleness | None = None, registry=None):
+        from ..strategies.registry import REGISTRY
+
+        self.registry = registry or REGISTRY
+        self.records, self.stale = records, stale or Staleness()
+        self._best: dict[str, Record] = {}
+        wrong = {r.key for r in records if r.status == "wrong"}  # once wrong, never trusted
+        for r in records:
+            if r.status != "ok" or r.key in wrong:
+                continue
+            cur = self._best.get(r.workload)
+            if cur is None or r.seconds < cur.seconds:
+                self._best[r.workload] = r
+
+    def __len__(self) -> int:
+        return len(self._best)
+
+    def best_record(self, wl: Workload) -> Record | None:
+        return self._best.get(wl.key)
+
+    def best(self, wl: Workload, target) -> tuple[str, dict, float] | None:
+        """``(candidate name, config dict, seconds)`` of the fastest correct record, or None."""
+        rec = self._best.get(wl.key)
+        if rec is None:
+            return None
+        try:  # a config the candidate no longer accepts is unusable, not fatal
+            self.registry.get(rec.candidate).config_from_dict(rec.config)
+        except (KeyError, ValueError):
+            return None
+        return rec.candidate, dict(rec.config), float(rec.seconds)

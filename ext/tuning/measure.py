@@ -1,0 +1,434 @@
+"""Measure (candidate, config) points in isolated subprocesses, locally or over TVM RPC.
+
+Each point runs in a TVM ``PopenWorker`` (``tvm.support.popen_pool``): the
+worker builds the kernel and its input transforms, runs them on random
+inputs, compares the output with a reference (NumPy for matmul; the family's
+``<op>.direct`` candidate otherwise) and only then times the kernel. The
+parent watches the clock: a worker that does not answer within ``timeout``
+seconds is killed (even a kernel stuck in C with the GIL held), the point is
+recorded as ``timeout``, and a fresh worker serves the next point. A worker
+that dies (segfault, ``os._exit``) gives ``failed`` with the error.
+
+``LocalMeasurer`` times on this machine. ``RPCMeasurer`` builds locally (in the
+worker), exports a shared library, asks a stock ``tvm.rpc`` tracker for a
+device under ``key``, uploads and times it there. A connection that breaks
+(a server killed mid-run) is retried on another session; only when every try
+fails is the point recorded, as ``infra`` when no device could be reached
+(re-measured on resume) and ``failed`` when the kernel itself kept breaking
+its sessions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from ..workload import Workload
+
+
+@dataclasses.dataclass
+class Result:
+    """Outcome of one measurement (fields as in the tuning log)."""
+
+    status: str  # ok | wrong | failed | timeout | infra
+    seconds: float | None = None
+    times: list = dataclasses.field(default_factory=list)
+    max_error: float | None = None
+    error: str | None = None
+    device: str = "local"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Timing settings: ``repeat`` runs of at least ``min_repeat_ms`` each (``number`` calls, grown to
+    fill ``min_repeat_ms``); the median of the per-call means is the point's time."""
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: int = 40
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+#: wall-clock cap on timing one library candidate (its thread pool can make calls erratic)
+LIBRARY_TIMING_BUDGET_S = 3.0
+
+
+# -- references ------------------------------------------------------------------------------------
+
+def _matmul_reference(wl: Workload, xs):
+    a, b, *extras = [x.astype("float64") for x in xs]
+    if wl.attr("transpose_b"):
+        b = np.swapaxes(b, -1, -2)
+    y = a @ b
+    acts = {"relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
+            "silu": lambda v: v / (1 + np.exp(-v)),
+            "gelu": lambda v: 0.5 * v * (1 + _erf(v / np.sqrt(2))),
+            "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))}
+    for op in wl.epilogue:
+        y = y + extras.pop(0) if op in ("bias", "residual") else acts[op](y)
+    return y.reshape(wl.attr("out_shape"))
+
+
+def _erf(v):
+    import math
+
+    return np.vectorize(math.erf)(v)
+
+
+def _matmul_tolerance(wl: Workload) -> tuple[float, float]:
+    # float32 sums of K products of values in [-1, 1]: ~4e-6 * K covers K up to 4096 (performance notes)
+    return 1e-5, 4e-6 * max(int(wl.shapes[0][-1]), 16)
+
+
+#: op family -> (reference(wl, inputs) -> float64 array, tolerance(wl) -> (rtol, atol))
+REFERENCES = {"matmul": (_matmul_reference, _matmul_tolerance)}
+
+
+def register_reference(op: str, fn, tolerance) -> None:
+    """Register a NumPy reference for an op family (used before a measured time counts)."""
+    REFERENCES[op] = (fn, tolerance)
+
+
+_REF_CACHE: dict = {}
+
+
+def _reference(wl: Workload, xs, target, seed):
+    """(reference output, rtol, atol, note) for ``wl`` on inputs ``xs`` (cached per process)."""
+    key = (wl.key, seed)
+    if key not in _REF_CACHE:
+        if wl.op in REFERENCES:
+            fn, tol = REFERENCES[wl.op]
+            _REF_CACHE.clear()  # keep at most one (possibly large) reference
+            _REF_CACHE[key] = (fn(wl, xs),) + tol(wl) + ("numpy",)
+        else:
+            from ..runner import CompiledCandidate
+            from ..strategies.registry import REGISTRY
+
+            direct = REGISTRY.get(f"{wl.op}.direct")
+            out = CompiledCandidate(direct, wl, direct.default_config(wl, target), target).run(xs)
+            _REF_CACHE.clear()
+            _REF_CACHE[key] = (out.astype("float64"), 1e-4, 1e-4 * max(1.0, float(np.abs(out).max())),
+                               f"{wl.op}.direct")
+    return _REF_CACHE[key]
+
+
+def check_output(out, ref, rtol: float, atol: float) -> tuple[bool, float]:
+    """(within tolerance, max abs error); NaN/inf or a shape mismatch count as wrong."""
+    if out.shape != ref.shape:
+        return False, float("inf")
+    if not np.all(np.isfinite(out)):
+        return False, float("inf")
+    diff = np.abs(out.astype("float64") - ref)
+    return bool(np.all(diff <= atol + rtol * np.abs(ref))), float(diff.max()) if diff.size else 0.0
+
+
+# -- the worker side -------------------------------------------------------------------------------
+
+def _load_plugins(plugins) -> None:
+    """Run test/user plugins in the worker: ``"module:function"`` or ``"/path/file.py:function"``."""
+    import ext  # noqa: F401  (registers candidates, sets TVM_NUM_THREADS)
+
+    for spec in plugins:
+        mod_name, _, fn = spec.partition(":")
+        if mod_name.endswith(".py"):
+            name = "_ext_plugin_" + os.path.basename(mod_name)[:-3]
+            if name in sys.modules:
+                module = sys.modules[name]
+            else:
+                s = importlib.util.spec_from_file_location(name, mod_name)
+                module = importlib.util.module_from_spec(s)
+                sys.modules[name] = module
+                s.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+        if fn:
+            getattr(module, fn)()
+
+
+def _resolve(task: dict):
+    from ..strategies.registry import REGISTRY
+    from ..target import normalize
+    from tvm.target import Target
+
+    wl = Workload.from_json(task["workload"])
+    target = normalize(Target(task["target"]))
+    cand = REGISTRY.get(task["candidate"])
+    return wl, target, cand, cand.config_from_dict(task["config"])
+
+
+def measure_in_worker(task: dict) -> dict:
+    """Build, check and time one point on this machine (runs inside the worker process)."""
+    import tvm
+
+    from ..runner import CompiledCandidate, random_inputs
+
+    settings = Settings(**task["settings"])
+    wl, target, cand, config = _resolve(task)
+    try:
+        cc = CompiledCandidate(cand, wl, config, target)
+    except Exception:  # noqa: BLE001 - any build error is the candidate's failure
+        return {"status": "failed", "error": "build: " + _short(traceback.format_exc())}
+    xs = random_inputs(wl, seed=settings.seed)
+    ref, rtol, atol, _ = _reference(wl, xs, target, settings.seed)
+    args = cc.prepare(xs)
+    out = tvm.runtime.empty(tuple(wl.attr("out_shape")), wl.out_dtype, cc.dev)
+    cc.kernel["kernel"](*args, out)
+    ok, err = check_output(out.numpy(), ref, rtol, atol)
+    if not ok:
+        return {"status": "wrong", "max_error": err,
+                "error": f"max abs error {err:.3g} exceeds atol {atol:.3g} + rtol {rtol:.3g}*|ref|"}
+    cutoff = task.get("cutoff")
+    times = _time_kernel(cc, args, out, settings, cutoff)
+    return {"status": "ok", "seconds": statistics.median(times), "times": times, "max_error": err}
+
+
+def _time_kernel(cc, args, out, settings: Settings, cutoff: float | None) -> list[float]:
+    """Per-repeat mean seconds of the kernel alone; a single time when one call exceeds ``cutoff``."""
+    mod = getattr(cc.kernel, "mod", None)
+    if mod is not None and hasattr(mod, "time_evaluator"):
+        if cutoff:  # one call first: a point far slower than the best known is not worth the repeats
+            first = mod.time_evaluator("kernel", cc.dev, number=1, repeat=1)(*args, out).mean
+            if first > cutoff:
+                return [first]
+        ev = mod.time_evaluator("kernel", cc.dev, number=settings.number, repeat=settings.repeat,
+                                min_repeat_ms=settings.min_repeat_ms)
+        return list(ev(*args, out).results)
+    # a library candidate (packed function + epilogue): wall clock around the calls
+    est = statistics.median(cc.kernel.time(args, out, 1, 1) for _ in range(3))
+    if cutoff and est > cutoff:
+        return [est]
+    number = min(max(settings.number, int(settings.min_repeat_ms / 1e3 / max(est, 1e-7)) + 1), 10_000)
+    times, start = [], time.perf_counter()
+    for _ in range(settings.repeat):  # stop early when the calls run far slower than estimated
+        times.append(cc.kernel.time(args, out, number, 1))
+        if time.perf_counter() - start > LIBRARY_TIMING_BUDGET_S:
+            break
+    return times
+
+
+def build_library(task: dict, path: str) -> dict:
+    """Build kernel + input transforms into one shared library at ``path`` (for RPC devices).
+
+    Returns ``{index: transform output shape}`` for the transformed inputs.
+    """
+    import tvm
+
+    from ..tir_schedules.common import param_shape
+
+    wl, target, cand, config = _resolve(task)
+    funcs = {"kernel": cand.build(wl, config, target).with_attr("global_symbol", "kernel")}
+    shapes = {}
+    for i, f in cand.input_transforms(wl, config, target).items():
+        funcs[f"transform{i}"] = f.with_attr("global_symbol", f"transform{i}")
+        shapes[i] = param_shape(f, -1)
+    tvm.compile(tvm.IRModule(funcs), target=target).export_library(path)
+    return shapes
+
+
+class _InfraError(Exception):
+    """The RPC machinery (tracker, server, connection) failed, not the kernel."""
+
+
+def measure_rpc_in_worker(task: dict) -> dict:
+    """Build here, run and time on a device from the RPC tracker (runs inside the worker)."""
+    import tvm
+    from tvm import rpc
+
+    from ..runner import random_inputs
+
+    settings = Settings(**task["settings"])
+    wl, target, cand, config = _resolve(task)
+    host, port, key = task["rpc"]["host"], task["rpc"]["port"], task["rpc"]["key"]
+    tmp = tempfile.mkdtemp(prefix="ext_rpc_")
+    lib = os.path.join(tmp, "kernel.so")
+    try:
+        shapes = build_library(task, lib)
+    except Exception:  # noqa: BLE001
+        return {"status": "failed", "error": "build: " + _short(traceback.format_exc())}
+    xs = random_inputs(wl, seed=settings.seed)
+    ref, rtol, atol, _ = _reference(wl, xs, target, settings.seed)
+    errors = []
+    for attempt in range(int(task["rpc"].get("retries", 3))):
+        stage = "connect"
+        try:
+            tracker = rpc.connect_tracker(host, port)
+            remote = tracker.request(key, priority=1, session_timeout=task["rpc"].get("session_timeout", 60))
+            stage = "upload"
+            remote.upload(lib)
+            rlib = remote.load_module("kernel.so")
+            dev = remote.cpu() if target.kind.name == "llvm" else remote.cuda(0)
+            stage = "run"
+            args = []
+            for i, x in enumerate(xs):
+                t = tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+                if i in shapes:
+                    dst = tvm.runtime.empty(shapes[i], x.dtype, dev)
+                    rlib[f"transform{i}"](t, dst)
+                    t = dst
+                args.append(t)
+            out = tvm.runtime.empty(tuple(wl.attr("out_shape")), wl.out_dtype, dev)
+            rlib["kernel"](*args, out)
+            ok, err = check_output(out.numpy(), ref, rtol, atol)
+            if not ok:
+                return {"status": "wrong", "max_error": err, "device": f"rpc:{key}",
+                        "error": f"max abs error {err:.3g} exceeds atol {atol:.3g} + rtol {rtol:.3g}*|ref|"}
+            ev = rlib.time_evaluator("kernel", dev, number=settings.number, repeat=settings.repeat,
+                                     min_repeat_ms=settings.min_repeat_ms)
+            times = list(ev(*args, out).results)
+            return {"status": "ok", "seconds": statistics.median(times), "times": times, "max_error": err,
+                    "device": f"rpc:{key}"}
+        except Exception as exc:  # noqa: BLE001 - a dead server or session: try another one
+            errors.append((stage, f"{type(exc).__name__}: {_short(str(exc), 300)}"))
+            time.sleep(0.5)
+    if all(stage == "connect" for stage, _ in errors):
+        return {"status": "infra", "device": f"rpc:{key}",
+                "error": f"no RPC device for key {key!r} at {host}:{port}: {errors[-1][1]}"}
+    return {"status": "failed", "device": f"rpc:{key}",
+            "error": f"rpc: broke {len(errors)} sessions; last at {errors[-1][0]}: {errors[-1][1]}"}
+
+
+def _short(text: str, limit: int = 1500) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# -- the parent side -------------------------------------------------------------------------------
+
+class LocalMeasurer:
+    """Measure points one at a time in a reusable TVM ``PopenWorker``.
+
+    Parameters
+    ----------
+    timeout : seconds one point (build + check + timing) may take before its worker is killed.
+    settings : timing ``Settings``.
+    plugins : ``"module:function"`` / ``"file.py:function"`` run in each new worker (e.g. tests
+        registering extra candidates).
+    """
+
+    device = "local"
+    remote = False
+    _fn = staticmethod(measure_in_worker)
+
+    def __init__(self, timeout: float = 60.0, settings: Settings | None = None, plugins=()):
+        from tvm.support.popen_pool import PopenWorker
+
+        self.timeout, self.settings, self.plugins = float(timeout), settings or Settings(), tuple(plugins)
+        self._worker = PopenWorker(initializer=_load_plugins, initargs=(self.plugins,))
+
+    def task(self, wl: Workload, cand, config: dict, target) -> dict:
+        return {"workload": wl.to_json(), "candidate": cand.name, "config": config,
+                "target": dict(target.export()), "settings": self.settings.to_json()}
+
+    def measure(self, wl: Workload, cand, config: dict, target, cutoff: float | None = None) -> Result:
+        """Measure one point; never raises for the candidate's faults.
+
+        ``cutoff``: seconds; when one call takes longer, that single time is the result (no repeats).
+        """
+        task = dict(self.task(wl, cand, config, target), cutoff=cutoff)
+        timed_out = threading.Event()
+
+        def _kill():
+            timed_out.set()
+            proc = getattr(self._worker, "_proc", None)
+            if proc is not None:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+        # the first send also starts the worker and imports ext: that does not count against the point
+        if getattr(self._worker, "_proc", None) is None:
+            try:
+                self._worker.send(_noop)
+                self._worker.recv()
+            except Exception as exc:  # noqa: BLE001
+                self._worker.kill()
+                return Result("infra", error=f"worker start failed: {exc}", device=self.device)
+        watchdog = threading.Timer(self.timeout, _kill)
+        watchdog.daemon = True
+        t0 = time.time()
+        watchdog.start()
+        try:
+            self._worker.send(type(self)._fn, (task,))
+            out = self._worker.recv()
+        except Exception as exc:  # noqa: BLE001 - crash, timeout or an exception in the worker
+            self._worker.kill()
+            if timed_out.is_set():
+                return Result("timeout", error=f"no result within {self.timeout:.0f} s (worker killed)",
+                              device=self.device)
+            msg = _short(str(exc)) or type(exc).__name__
+            if isinstance(exc, ChildProcessError):
+                msg = f"worker process died ({msg}) after {time.time() - t0:.1f} s"
+            return Result("failed", error=msg, device=self.device)
+        finally:
+            watchdog.cancel()
+        if timed_out.is_set() or getattr(cand, "library", None):
+            # answered just as the watchdog fired, or a library left its thread pool spinning in
+            # the worker: a fresh worker keeps it from slowing the next points down
+            self._worker.kill()
+        out.setdefault("device", self.device)
+        return Result(**out)
+
+    def close(self) -> None:
+        self._worker.kill()
+
+
+def _noop():
+    return None
+
+
+class RPCMeasurer(LocalMeasurer):
+    """Measure on devices registered with a TVM RPC tracker (``tvm.rpc`` tracker + servers).
+
+    Parameters
+    ----------
+    tracker : ``"HOST:PORT"`` of the tracker.
+    key : the device key the servers registered with.
+    retries : sessions tried per point before giving up on it.
+    """
+
+    remote = True
+    _fn = staticmethod(measure_rpc_in_worker)
+
+    def __init__(self, tracker: str, key: str, timeout: float = 60.0, settings: Settings | None = None,
+                 plugins=(), retries: int = 3, session_timeout: float = 60.0):
+        host, sep, port = str(tracker).rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"rpc tracker must be 'HOST:PORT', got {tracker!r}")
+        if not key:
+            raise ValueError("rpc key must be a non-empty string")
+        super().__init__(timeout=timeout, settings=settings, plugins=plugins)
+        self.rpc = {"host": host, "port": int(port), "key": str(key), "retries": int(retries),
+                    "session_timeout": float(session_timeout)}
+        self.device = f"rpc:{key}"
+
+    def task(self, wl, cand, config, target) -> dict:
+        return dict(super().task(wl, cand, config, target), rpc=self.rpc)
+
+
+def make_measurer(rpc=None, **kwargs):
+    """``LocalMeasurer`` when ``rpc`` is None; else ``RPCMeasurer`` from ``{"tracker": "H:P", "key": K}``,
+    a ``(tracker, key)`` pair, or an existing measurer."""
+    if rpc is None:
+        return LocalMeasurer(**kwargs)
+    if isinstance(rpc, LocalMeasurer):
+        return rpc
+    if isinstance(rpc, dict):
+        extra = {k: v for k, v in rpc.items() if k not in ("tracker", "key")}
+        return RPCMeasurer(rpc["tracker"], rpc["key"], **extra, **kwargs)
+    if isinstance(rpc, (tuple, list)) and len(rpc) == 2:
+        return RPCMeasurer(rpc[0], rpc[1], **kwargs)
+    raise ValueError(f"rpc must be None, {{'tracker': 'HOST:PORT', 'key': KEY}} or (tracker, key); got {rpc!r}")
