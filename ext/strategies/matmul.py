@@ -22,6 +22,8 @@ from .registry import PLEVEL, Candidate, register
 
 #: below this many flops the direct kernel wins: packing and threading overheads dominate
 SMALL_FLOPS = 2 ** 21
+#: below this many flops one thread is faster than waking the pool (~5 us at 200 GFLOPS)
+SERIAL_FLOPS = 2 ** 20
 
 
 def dims(wl: Workload) -> tuple[int, int, int]:
@@ -80,7 +82,7 @@ def _tile_space(wl, target, nbs=(16, 32, 48, 64, 96), mbs=(1, 2, 4, 6, 8)):
         for mb in mbs:
             if mb > max(1, M):
                 continue
-            for par in ("panels", "tiles"):
+            for par in ("panels", "tiles", "none"):
                 out.append(TileConfig(mb=mb, nb=nb, parallel=par))
     return out
 
@@ -93,7 +95,7 @@ def _tile_default(wl, target, nb_max: int = 64):
     panels = mm.ceil_to(N, nb) // nb
     # too few panels to keep every core busy: split row tiles across threads too
     par = "panels" if panels >= 4 * cpu_info(target).cores else "tiles"
-    return TileConfig(mb=mb, nb=nb, parallel=par)
+    return TileConfig(mb=mb, nb=nb, parallel="none" if wl.flops < SERIAL_FLOPS else par)
 
 
 def _direct_build(wl, cfg: TileConfig, target):
@@ -175,16 +177,18 @@ def _gemv_form(wl) -> str:
 def _gemv_space(wl, target):
     lanes = _lanes(target)
     if _gemv_form(wl) == "dot":
-        return [DotConfig(rows=r, lanes=lanes * u) for r in (1, 2, 4, 8) for u in (1, 2)]
+        return [DotConfig(rows=r, lanes=lanes * u, parallel=p) for r in (1, 2, 4, 8) for u in (1, 2)
+                for p in (True, False)]
     return [TileConfig(mb=1, nb=nb, parallel="panels") for nb in (lanes, 2 * lanes, 4 * lanes, 8 * lanes)]
 
 
 def _gemv_default(wl, target):
     lanes = _lanes(target)
     if _gemv_form(wl) == "dot":
-        return DotConfig(rows=4, lanes=lanes)
+        return DotConfig(rows=4, lanes=lanes, parallel=wl.flops >= SERIAL_FLOPS)
     M, N, K = dims(wl)
-    return TileConfig(mb=1, nb=min(4 * lanes, mm.ceil_to(N, lanes)), parallel="panels")
+    par = "none" if wl.flops < SERIAL_FLOPS else "panels"
+    return TileConfig(mb=1, nb=min(4 * lanes, mm.ceil_to(N, lanes)), parallel=par)
 
 
 def _gemv_build(wl, cfg, target):
@@ -234,14 +238,16 @@ def _batch_dims(wl):
 def _batch_default(wl, target):
     M, N, K, nbatch = _batch_dims(wl)
     lanes = _lanes(target)
-    return TileConfig(mb=min(4, M), nb=min(64, mm.ceil_to(N, lanes)), parallel="panels")
+    par = "none" if wl.flops < SERIAL_FLOPS else "panels"
+    return TileConfig(mb=min(4, M), nb=min(64, mm.ceil_to(N, lanes)), parallel=par)
 
 
 def _batch_space(wl, target):
     M, N, K, _ = _batch_dims(wl)
     lanes = _lanes(target)
-    return [TileConfig(mb=mb, nb=nb, parallel="panels") for nb in (16, 32, 64) if nb % lanes == 0
-            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 4, 6, 8) if mb <= max(M, 1)]
+    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 32, 64) if nb % lanes == 0
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 4, 6, 8) if mb <= max(M, 1)
+            for par in ("panels", "none")]
 
 
 def _batch_build(wl, cfg: TileConfig, target):

@@ -30,7 +30,8 @@ from ..common import extent
 class TileConfig:
     """Register tile ``mb x nb`` (nb a multiple of the vector width) and how threads split work.
 
-    parallel: ``"panels"`` splits column panels; ``"tiles"`` splits (panel, row tile) pairs.
+    parallel: ``"panels"`` splits column panels; ``"tiles"`` splits (panel, row tile) pairs;
+    ``"none"`` runs on the calling thread (tiny problems: a thread-pool launch costs more).
     """
 
     mb: int = 4
@@ -44,6 +45,7 @@ class DotConfig:
 
     rows: int = 4
     lanes: int = 16
+    parallel: bool = True
 
 
 def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0) -> None:
@@ -62,8 +64,9 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
     sch.unroll(ci)
     sch.vectorize(cj)
     _vectorize_store(sch, j1, cfg.nb, lanes)
-    outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
-    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    if cfg.parallel != "none":
+        outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     sch.decompose_reduction(c, ck)
 
 
@@ -96,9 +99,11 @@ def schedule_dot(sch: s_tir.Schedule, cfg: DotConfig) -> None:
     sch.reorder(r0, k0_rf, r1, k1_rf)
     sch.vectorize(k1_rf)
     sch.unroll(r1)
-    sch.parallel(r0)
+    if cfg.parallel:
+        sch.parallel(r0)
     sch.reverse_compute_at(c, r0)
     sch.decompose_reduction(rf, k0_rf)
     d = sch.get_sblock("D")
     loops = sch.get_loops(d)
-    sch.parallel(sch.fuse(*loops))
+    if cfg.parallel:
+        sch.parallel(sch.fuse(*loops))

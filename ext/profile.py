@@ -1,0 +1,67 @@
+"""Per-kernel time attribution for a built Relax executable (``--profile`` in the scripts).
+
+Uses the VM's instrument hook: every VM call is timed (wall clock, CPU kernels
+are synchronous) and attributed to its symbol; symbols map back to candidate
+names (ext kernels are named after their candidate: ``matmul_packed``,
+``conv2d_winograd_in1`` for an input transform), stock fused kernels to
+``fallback`` and VM builtins to ``vm``.
+"""
+from __future__ import annotations
+
+import time
+
+from .strategies import REGISTRY
+
+
+def candidate_of(symbol: str) -> str:
+    """The candidate a kernel symbol belongs to (``fallback`` / ``vm`` otherwise)."""
+    if symbol.startswith("vm.builtin") or symbol.startswith("vm."):
+        return "vm"
+    best = ""
+    for cand in REGISTRY:
+        stem = cand.name.replace(".", "_")
+        if symbol == stem or symbol.startswith(stem + "_") or symbol.startswith(stem):
+            best = cand.name if len(cand.name) > len(best) else best
+    return best or "fallback"
+
+
+def profile(vm, args, runs: int = 5) -> list[dict]:
+    """Run ``vm["main"](*args)`` ``runs`` times and return per-symbol rows sorted by time.
+
+    Each row: ``symbol``, ``candidate``, ``calls`` (per run), ``ms`` (per run), ``share``.
+    """
+    stats: dict[str, list] = {}
+    starts: dict[str, float] = {}
+
+    def instrument(func, symbol, before_run, ret_value, *rest):
+        now = time.perf_counter()
+        if before_run:
+            starts[symbol] = now
+        else:
+            entry = stats.setdefault(symbol, [0, 0.0])
+            entry[0] += 1
+            entry[1] += now - starts.pop(symbol, now)
+        return 0  # VMInstrumentReturnKind.NO_OP: keep running
+
+    vm["main"](*args)  # warm-up, not recorded
+    vm.set_instrument(instrument)
+    try:
+        for _ in range(runs):
+            vm["main"](*args)
+    finally:
+        vm.set_instrument(None)
+    total = sum(v[1] for v in stats.values()) or 1.0
+    rows = [{"symbol": s, "candidate": candidate_of(s), "calls": c / runs, "ms": t / runs * 1e3, "share": t / total}
+            for s, (c, t) in stats.items()]
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
+def format_rows(rows: list[dict], limit: int = 25) -> str:
+    lines = ["| kernel | candidate | calls | ms | share |", "|---|---|---|---|---|"]
+    for r in rows[:limit]:
+        lines.append(f"| {r['symbol']} | {r['candidate']} | {r['calls']:.0f} | {r['ms']:.3f} | {r['share'] * 100:.1f}% |")
+    if len(rows) > limit:
+        rest = rows[limit:]
+        lines.append(f"| ({len(rest)} more) | | {sum(r['calls'] for r in rest):.0f} | "
+                     f"{sum(r['ms'] for r in rest):.3f} | {sum(r['share'] for r in rest) * 100:.1f}% |")
+    return "\n".join(lines)
