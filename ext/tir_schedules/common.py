@@ -43,3 +43,46 @@ def param_shape(func, index: int) -> tuple[int, ...]:
 
 def param_dtype(func, index: int) -> str:
     return str(func.params[index].ty.dtype)
+
+
+# -- GPU helpers (shared by every family's cuda/ schedules) ------------------------------------
+
+WARP_SIZE = 32
+
+
+def inline_producers(sch: s_tir.Schedule, block) -> None:
+    """Inline the element-wise producers of ``block`` (e.g. zero-padding stages) into it."""
+    for prod in sch.get_producers(block):
+        try:
+            sch.compute_inline(prod)
+        except Exception:  # not inlinable (a reduction, a buffer with other readers): keep it
+            pass
+
+
+def cooperative_fetch(sch: s_tir.Schedule, block, threads: tuple, vector: int) -> None:
+    """Spread the copy loops of a cache-read ``block`` over a thread block.
+
+    ``threads`` is ``((extent, "threadIdx.y"), (extent, "threadIdx.x"), ...)``, outermost first; the
+    innermost ``vector`` elements of each thread are vectorized (1: scalar copies).
+    """
+    loops = sch.get_loops(block)
+    nd = len(sch.get(block).writes[0].region)
+    fused = sch.fuse(*loops[-nd:])
+    factors = [None] + [t for t, _ in threads] + ([vector] if vector > 1 else [])
+    parts = sch.split(fused, factors)
+    for loop, (_, tag) in zip(parts[1:], threads):
+        sch.bind(loop, tag)
+    if vector > 1:
+        sch.vectorize(parts[-1])
+
+
+def bind_elementwise(sch: s_tir.Schedule, block, threads: int = 256, vector: int = 1) -> None:
+    """One thread per element (``vector`` per thread) over all loops of ``block``."""
+    fused = sch.fuse(*sch.get_loops(block))
+    if vector > 1:
+        bx, tx, v = sch.split(fused, [None, threads, vector])
+        sch.vectorize(v)
+    else:
+        bx, tx = sch.split(fused, [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
