@@ -1,0 +1,69 @@
+"""The layer-norm anchor: ``R.nn.layer_norm(x, gamma, beta, axes=<trailing>)``,
+optionally followed by ``R.nn.dropout`` (one composite, one kernel).
+
+The normalized trailing axes are flattened to ``n`` and the leading ones to
+rows (free reshapes). The family is named ``layernorm`` (no underscore)
+because composite names ``ext.<family>_<epilogue>`` split on ``_``; its
+workloads are op ``layer_norm``. The pair's result is dropout's tuple
+``(y, mask)`` with ``mask = ones`` (inference); when only ``[0]`` is used the
+mask is removed as dead code after the pipeline canonicalizes bindings.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ...workload import Workload
+from . import Composite, Family, dtype, register_family, static_shape
+
+
+def _plain():
+    x, g, b = wildcard(), wildcard(), wildcard()
+    anchor = is_op("relax.nn.layer_norm")(x, g, b)
+    return anchor, {"anchor": anchor, "x": x, "gamma": g, "beta": b}
+
+
+def _dropout():
+    anchor, ann = _plain()
+    # the composite returns dropout's (output, mask) tuple: FuseOpsByPattern does not
+    # match a TupleGetItem root
+    drop = is_op("relax.nn.dropout")(anchor)
+    return drop, dict(ann, dropout=drop)
+
+
+def _check(variant: str, ann: dict) -> bool:
+    x, anchor = ann["x"], ann["anchor"]
+    if not isinstance(x.ty, relax.TensorType) or x.ty.shape is None:
+        return False
+    nd = len(x.ty.shape)
+    axes = sorted(int(a) % nd for a in anchor.attrs.axes) if nd else []
+    return nd >= 1 and axes == list(range(nd - len(axes), nd)) and len(axes) >= 1
+
+
+def _extract(comp: Composite):
+    ln = next(c for c in comp.calls if c.op.name == "relax.nn.layer_norm")
+    drop = [c for c in comp.calls if c.op.name == "relax.nn.dropout"]
+    x, g, b = (comp.outer(a) for a in ln.args)
+    shape = static_shape(x)
+    if None in (x, g, b) or not all(isinstance(d, int) for d in shape):
+        return None
+    nax = len(ln.attrs.axes)
+    rows, n = math.prod(shape[:-nax]), math.prod(shape[-nax:])
+    args = [x if (len(shape) == 2 and nax == 1) else relax.op.reshape(x, (rows, n))]
+    for t in (g, b):
+        args.append(t if len(static_shape(t)) == 1 else relax.op.reshape(t, (n,)))
+    attrs = {"eps": float(ln.attrs.epsilon), "center": bool(ln.attrs.center), "scale": bool(ln.attrs.scale),
+             "out_shape": (rows, n)}
+    if drop:
+        attrs["dropout"] = float(drop[0].attrs.rate)
+    wl = Workload("layer_norm", [(rows, n), (n,), (n,)], [dtype(x), dtype(g), dtype(b)], dtype(x), attrs=attrs)
+    flat = len(shape) == 2 and nax == 1
+    unflat = (lambda y: y) if flat else (lambda y: relax.op.reshape(y, shape))
+    if drop:  # (output, mask): inference dropout keeps everything; an unused mask is dead code
+        return wl, args, lambda y: relax.Tuple([unflat(y), relax.op.ones_like(unflat(y))])
+    return wl, args, None if flat else unflat
+
+
+register_family(Family("layernorm", [("dropout", _dropout), ("plain", _plain)], _check, _extract, chains=False))

@@ -1,0 +1,77 @@
+"""Candidate table for layer normalization (CPU).
+
+Workload convention (built by ``relax_passes.families.layernorm``): inputs
+``x (rows, n)`` (trailing normalized axes flattened to ``n``), ``gamma (n,)``,
+``beta (n,)``; attrs ``eps``, ``center``, ``scale``, ``out_shape`` and, for a
+``layer_norm -> dropout`` pair, ``dropout`` (the rate). Candidates:
+``layer_norm.fused`` (one kernel, shifted one-sweep statistics, fused
+scale/shift) and ``layer_norm.dropout`` (the same kernel for the pair: dropout
+is the identity at inference, so the pair costs one kernel and no copy).
+"""
+from __future__ import annotations
+
+from tvm import te
+
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cpu.norm import RowConfig, schedule_layer_norm
+from ..topi_kernels import norm
+from ..workload import Workload
+from .registry import PLEVEL, Candidate, register
+from .softmax import check_rows
+
+
+def _check(wl: Workload, target) -> str | None:
+    reason = check_rows(wl, target)
+    if reason:
+        return reason
+    n = wl.shapes[0][1]
+    if any(tuple(s) != (n,) for s in wl.shapes[1:]) or any(d != "float32" for d in wl.dtypes):
+        return f"gamma/beta must be float32 ({n},), got {wl.shapes[1:]} {wl.dtypes[1:]}"
+    return None
+
+
+def _fused_check(wl, target):
+    if wl.attr("dropout") is not None:
+        return "layer_norm + dropout pair: layer_norm.dropout takes it"
+    return _check(wl, target)
+
+
+def _dropout_check(wl, target):
+    if wl.attr("dropout") is None:
+        return "no dropout after this layer_norm"
+    return _check(wl, target)
+
+
+def _lanes(target) -> int:
+    return cpu_info(target).lanes_f32
+
+
+def _space(wl, target):
+    rows = wl.shapes[0][0]
+    return [RowConfig(rows_per_task=r, lanes=_lanes(target)) for r in (1, 2, 4, 8) if r <= rows]
+
+
+def _default(wl, target):
+    return RowConfig(rows_per_task=1, lanes=_lanes(target))
+
+
+def _builder(name):
+    def build(wl, cfg: RowConfig, target):
+        rows, n = wl.shapes[0]
+        X = te.placeholder((norm._i64(rows), norm._i64(n)), dtype=wl.dtypes[0], name="X")
+        G = te.placeholder((norm._i64(n),), dtype=wl.dtypes[1], name="gamma")
+        B = te.placeholder((norm._i64(n),), dtype=wl.dtypes[2], name="beta")
+        Y = norm.layer_norm_rows(X, G, B, rows, n, eps=float(wl.attr("eps", 1e-5)),
+                                 center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)))
+        sch = create_schedule([X, G, B, Y])
+        schedule_layer_norm(sch, cfg)
+        return finish(sch, name)
+
+    return build
+
+
+register(Candidate("layer_norm.fused", ("llvm",), PLEVEL.BLOCKED, _fused_check, RowConfig, space=_space,
+                   default=_default, build=_builder("layer_norm.fused")))
+register(Candidate("layer_norm.dropout", ("llvm",), PLEVEL.SPECIALIZED, _dropout_check, RowConfig, space=_space,
+                   default=_default, build=_builder("layer_norm.dropout")))
