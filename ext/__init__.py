@@ -16,6 +16,7 @@ target.configure_threads()
 from . import strategies  # noqa: E402
 from .workload import Workload  # noqa: E402
 from .pipeline import build, last_report, pipeline  # noqa: E402
+from .libraries.export import export_library  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["build", "pipeline", "last_report", "target", "strategies", "Workload", "__version__"]
+__all__ = ["build", "pipeline", "last_report", "export_library", "target", "strategies", "Workload", "__version__"]

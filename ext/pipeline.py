@@ -95,7 +95,9 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     Returns
     -------
     A ``tvm.runtime.Executable``; run it with ``relax.VirtualMachine(ex, dev)``.
-    ``ext.last_report()`` returns the ``SelectionReport`` of this build.
+    ``ext.last_report()`` (and ``ex.ext_report``) is the ``SelectionReport`` of this
+    build. Export with ``ext.export_library(ex, path)``: it refuses, naming the
+    candidates, when a vendor-library call needs this Python process.
 
     Example
     -------
@@ -106,6 +108,7 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     tgt = normalize(target) if target is not None else cpu()
     rep = SelectionReport(describe(tgt))
     ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
+    ex.ext_report = rep  # ext.export_library checks it for candidates that need this Python process
     if report is not None:
         rep.save(report)
     return ex

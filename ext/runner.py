@@ -4,15 +4,19 @@
 packing) built for one (workload, config, target); ``run`` takes NumPy inputs
 in the workload's call order and returns the NumPy output, ``timer`` returns a
 callable timing the kernel alone (transforms of constant inputs are done once,
-as the pipeline folds them at compile time).
+as the pipeline folds them at compile time). A library candidate (whose
+``build`` returns a ``PackedCall``) runs the same way: its packed function,
+then its epilogue kernel, timed with a wall clock around both.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import tvm
 from tvm.target import Target
 
-from .strategies.registry import Candidate
+from .strategies.registry import Candidate, PackedCall
 from .tir_schedules.common import param_shape
 from .workload import Workload
 
@@ -27,7 +31,11 @@ def _out_shape(wl: Workload):
 class CompiledCandidate:
     def __init__(self, cand: Candidate, wl: Workload, config, target: Target):
         self.cand, self.wl, self.config, self.target = cand, wl, config, target
-        self.kernel = tvm.compile(cand.build(wl, config, target).with_attr("global_symbol", "kernel"), target=target)
+        built = cand.build(wl, config, target)
+        if isinstance(built, PackedCall):  # a vendor library: its packed function + our epilogue
+            self.kernel = _LibraryKernel(built, target)
+        else:
+            self.kernel = tvm.compile(built.with_attr("global_symbol", "kernel"), target=target)
         self.transforms = {i: tvm.compile(f.with_attr("global_symbol", "transform"), target=target)
                            for i, f in cand.input_transforms(wl, config, target).items()}
         self.dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda(0)
@@ -55,8 +63,57 @@ class CompiledCandidate:
     def timer(self, inputs, number: int = 10, repeat: int = 3):
         args = self.prepare(inputs)
         out = tvm.runtime.empty(_out_shape(self.wl), self.wl.out_dtype, self.dev)
+        if isinstance(self.kernel, _LibraryKernel):
+            return lambda: self.kernel.time(args, out, number, repeat)
         f = self.kernel.mod.time_evaluator("kernel", self.dev, number=number, repeat=repeat)
         return lambda: f(*args, out).median
+
+
+class _LibraryKernel:
+    """A ``PackedCall`` run like a compiled kernel: ``self["kernel"](*args, out)``.
+
+    The epilogue (if any) is compiled with the same fallback schedule the
+    pipeline gives it; the anchor's output lives in a scratch tensor.
+    """
+
+    def __init__(self, call: PackedCall, target: Target):
+        from .relax_passes.fallback_schedule import FallbackSchedule
+
+        self.call, self.func = call, tvm.get_global_func(call.func_name)
+        self.epilogue = None
+        if call.epilogue is not None:
+            mod = tvm.IRModule({"epilogue": call.epilogue.with_attr("global_symbol", "epilogue")})
+            with target:
+                mod = FallbackSchedule(target)(mod)
+            self.epilogue = tvm.compile(mod, target=target)["epilogue"]
+        self.scratch = None
+
+    def __getitem__(self, name):
+        return self._run
+
+    def _run(self, *args_out):
+        *args, out = args_out
+        n, call = self.call.num_inputs, self.call
+        if self.epilogue is None:
+            self.func(*args[:n], *call.static_args, out)
+            return
+        if self.scratch is None:
+            self.scratch = tvm.runtime.empty(call.out_shape, call.out_dtype, out.device)
+        self.func(*args[:n], *call.static_args, self.scratch)
+        self.epilogue(self.scratch, *args[n:], out)
+
+    def time(self, args, out, number: int, repeat: int) -> float:
+        """Median over ``repeat`` of the mean wall time of ``number`` calls (seconds)."""
+        self._run(*args, out)  # warm-up
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                self._run(*args, out)
+            if out.device.dlpack_device_type() != 1:
+                tvm.runtime.device(out.device.dlpack_device_type(), 0).sync()
+            times.append((time.perf_counter() - t0) / number)
+        return float(np.median(times))
 
 
 def _transform_out_shape(cand, wl, config, target, index):

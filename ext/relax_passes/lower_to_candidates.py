@@ -8,6 +8,9 @@ returns a ``Decision``; the candidate builds one PrimFunc per distinct
 of constants are folded at compile time by the ``FoldConstant`` that follows.
 Composites the selector leaves to the fallback are inlined back, so stock
 lowering sees the original ops. Every decision goes to the ``SelectionReport``.
+A vendor-library candidate builds a ``PackedCall`` instead: ``call_dps_packed``
+to its packed function, then the epilogue as a ``call_tir`` to a small
+element-wise kernel.
 """
 from __future__ import annotations
 
@@ -78,10 +81,25 @@ class _Lower(PyExprMutator):
             gv = self._kernel(cand, wl, config, f"in{idx}", lambda f=tfunc: f)
             out_ty = relax.TensorType(param_shape(tfunc, -1), param_dtype(tfunc, -1))
             args[idx] = self.builder_.emit(relax.call_tir(gv, [args[idx]], out_ty=out_ty))
-        gv = self._kernel(cand, wl, config, "", lambda: cand.build(wl, config, target))
         out_ty = relax.TensorType([int(d) for d in wl.attr("out_shape")], wl.out_dtype)
-        result = relax.call_tir(gv, args, out_ty=out_ty)
+        if cand.library is not None:  # vendor library: a packed call, then our epilogue kernel
+            result = self._library_call(cand, wl, config, args, out_ty)
+        else:
+            gv = self._kernel(cand, wl, config, "", lambda: cand.build(wl, config, target))
+            result = relax.call_tir(gv, args, out_ty=out_ty)
         return post(self.builder_.emit(result)) if post else result
+
+    def _library_call(self, cand, wl, config, args, out_ty):
+        """``call_dps_packed`` to the library's function, then its ``PackedCall.epilogue`` kernel."""
+        call = cand.build(wl, config, self.selector.target)
+        statics = [tvm.ir.StringImm(v) if isinstance(v, str) else relax.expr.prim_value(v)
+                   for v in call.static_args]
+        anchor_ty = relax.TensorType([int(d) for d in call.out_shape], call.out_dtype)
+        anchor = relax.call_dps_packed(call.func_name, args[: call.num_inputs] + statics, anchor_ty)
+        if call.epilogue is None:
+            return anchor
+        gv = self._kernel(cand, wl, config, "epilogue", lambda: call.epilogue)
+        return relax.call_tir(gv, [self.builder_.emit(anchor)] + args[call.num_inputs:], out_ty=out_ty)
 
     def run(self):
         for gv, func in self.mod_.functions_items():

@@ -56,6 +56,10 @@ class SelectionReport:
             if n == 0:
                 lines.append("-" * (sum(widths) + 12 + 20))
         head = f"ext selection report ({self.target})\n" if self.target else ""
+        needy = sorted({d.name for d in self.decisions if d.candidate is not None and d.candidate.needs_python})
+        if needy:  # vendor-library calls registered from Python (ext.libraries)
+            lines.append(f"needs this Python process (packed functions registered by ext): {', '.join(needy)}; "
+                         "ext.export_library refuses unless allow_python=True")
         return head + "\n".join(lines)
 
     def __str__(self) -> str:

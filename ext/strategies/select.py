@@ -51,7 +51,9 @@ class Decision:
     def to_json(self) -> dict:
         return {"workload": self.workload.key, "op": self.workload.op, "candidate": self.name,
                 "config": config_to_dict(self.config), "source": self.source, "reason": self.reason,
-                "cost": self.cost, "alternatives": [a.to_json() for a in self.alternatives]}
+                "cost": self.cost, "alternatives": [a.to_json() for a in self.alternatives],
+                "library": self.candidate.library if self.candidate else None,
+                "needs_python": bool(self.candidate and self.candidate.needs_python)}
 
 
 class History(Protocol):

@@ -1,0 +1,125 @@
+"""Vendor-library candidates: OpenBLAS and PyTorch (MKL / oneDNN) on CPU,
+cuBLAS / cuDNN through a CUDA build of PyTorch on CUDA.
+
+Each entry calls a packed function of ``ext.libraries`` for the anchor op
+(``PackedCall``: ``LowerToCandidates`` emits ``relax.call_dps_packed``) and,
+when the workload has an epilogue, one small element-wise kernel of ours
+after it: ``D = epilogue(C, bias, residual)`` (one read of ``C``, one write of
+``D``; left unscheduled so the pipeline fuses and schedules it like any other
+element-wise op). Each candidate declines with a reason when its library is
+absent here or the dtype / layout is one it does not take.
+
+=================  =======  =========  =================================
+name               targets  library    packed function
+=================  =======  =========  =================================
+matmul.openblas    llvm     openblas   ``ext.lib.openblas.matmul``
+matmul.onednn      llvm     onednn     ``ext.lib.torch.matmul`` (MKL sgemm)
+matmul.cublas      cuda     cublas     ``ext.lib.torch.matmul``
+=================  =======  =========  =================================
+
+Cost of the library path beyond the GEMM itself: the VM -> Python call and
+DLPack views (a few microseconds, see ``scripts/bench_libraries.py``), plus
+the epilogue pass over the output. ``suits`` keeps libraries off the shapes
+where that overhead is measured to lose (plevel selection); a tuning log
+measures them like any other candidate.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tvm import te, tirx
+
+from ..libraries import blas, torch_ops
+from ..topi_kernels import epilogue as ep
+from ..workload import Workload
+from .registry import PLEVEL, Candidate, PackedCall, register
+
+
+@dataclasses.dataclass(frozen=True)
+class LibraryConfig:
+    """No knobs: the library chooses its own blocking and threading."""
+
+
+def _i64(v):
+    return tirx.IntImm("int64", int(v))
+
+
+def epilogue_func(wl: Workload, anchor_shape, num_inputs: int, name: str):
+    """PrimFunc ``(C, *extras, D)`` applying ``wl.epilogue`` to the library's output ``C``, or None."""
+    if not wl.epilogue:
+        return None
+    shape = tuple(_i64(d) for d in anchor_shape)
+    C = te.placeholder(shape, dtype=wl.out_dtype, name="C")
+    extras = [te.placeholder(tuple(_i64(d) for d in s), dtype=dt, name=f"E{i}")
+              for i, (s, dt) in enumerate(zip(wl.shapes[num_inputs:], wl.dtypes[num_inputs:]))]
+    D = ep.fused_output(shape, lambda *idx: C[idx], wl.epilogue, extras, wl.out_dtype)
+    func = te.create_prim_func([C, *extras, D]).without_attr("global_symbol")
+    return func.with_attr("ext.kernel", name + ".epilogue")
+
+
+def _space(wl, target):
+    return [LibraryConfig()]
+
+
+def _default(wl, target):
+    return LibraryConfig()
+
+
+def library_candidate(name: str, targets: tuple, library: str, check, build, suits=None) -> Candidate:
+    """A table entry for a library call (no knobs, ``needs_python``)."""
+    return register(Candidate(name, targets, PLEVEL.LIBRARY, check, LibraryConfig, space=_space,
+                              default=_default, build=build, suits=suits, needs_python=True,
+                              library=library))
+
+
+# -- matmul ------------------------------------------------------------------------------------
+
+#: below this many flops the library loses to our kernels: a call through Python costs a few
+#: microseconds (measured by scripts/bench_libraries.py) while our kernels finish in as many
+MATMUL_MIN_FLOPS = 2 ** 21
+
+
+def _matmul_check(wl: Workload, dtypes=blas.DTYPES) -> str | None:
+    if len(set(wl.dtypes[:2])) != 1 or wl.dtypes[0] not in dtypes or wl.out_dtype != wl.dtypes[0]:
+        return f"takes {'/'.join(dtypes)} operands of one dtype, got {'/'.join(wl.dtypes[:2])} -> {wl.out_dtype}"
+    if min(len(wl.shapes[0]), len(wl.shapes[1])) < 2:
+        return "needs operands of rank >= 2"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    if wl.attr("out_shape") is None:
+        return "workload has no out_shape"
+    return None
+
+
+def _matmul_build(func_name: str, name: str):
+    def build(wl: Workload, cfg, target) -> PackedCall:
+        out = tuple(int(d) for d in wl.attr("out_shape"))
+        return PackedCall(func_name, 2, out, wl.out_dtype, (int(bool(wl.attr("transpose_b"))),),
+                          epilogue_func(wl, out, 2, name))
+
+    return build
+
+
+def _matmul_suits(wl: Workload, target) -> str | None:
+    if wl.flops < MATMUL_MIN_FLOPS:
+        return f"{wl.flops / 1e6:.2f} MFLOP: the library call's overhead outweighs the work"
+    return "not measured faster than ext's kernels here (scripts/bench_libraries.py); a tuning log may still pick it"
+
+
+def _openblas_check(wl, target):
+    return blas.unavailable_reason() or _matmul_check(wl)
+
+
+def _torch_check(device):
+    def check(wl, target):
+        return torch_ops.unavailable_reason(device) or _matmul_check(wl, torch_ops.DTYPES)
+
+    return check
+
+
+library_candidate("matmul.openblas", ("llvm",), "openblas", _openblas_check,
+                  _matmul_build(blas.FUNC, "matmul.openblas"), _matmul_suits)
+library_candidate("matmul.onednn", ("llvm",), "onednn", _torch_check("cpu"),
+                  _matmul_build(torch_ops.MATMUL, "matmul.onednn"), _matmul_suits)
+library_candidate("matmul.cublas", ("cuda",), "cublas", _torch_check("cuda"),
+                  _matmul_build(torch_ops.MATMUL, "matmul.cublas"))

@@ -1,0 +1,232 @@
+#!/usr/bin/env python
+"""Vendor libraries against ext's own kernels, and ext's pick, in one run.
+
+For each case the same Relax model is built four ways: ``ours`` (libraries
+off: ext's best kernel by its normal selection), ``openblas`` and ``onednn``
+(the library candidate forced for every matmul), and ``ext`` (libraries on,
+normal selection). All are timed interleaved in the same rounds
+(``ext.bench.interleaved``), and the table says whether ``ext`` stayed within
+5% of the faster of (ours, best library). A second table measures the call
+overhead of the library path: a 64x64x64 GEMM through each library against
+our direct kernel, and an empty packed call through the VM.
+
+    flock /tmp/ext-bench.lock python scripts/bench_libraries.py          # default cases
+    python scripts/bench_libraries.py --cases 1024x1024x1024 64x64x64 --rounds 9 --json out.json
+
+A case is ``MxNxK`` (constant weight, bias + relu), with suffixes: ``:t`` the
+weight is a run-time parameter in PyTorch linear layout ``(N, K)``, ``:b<B>``
+a batched ``(B, M, K) @ (B, K, N)`` with both operands run-time inputs, and
+``:plain`` no epilogue.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import ext  # noqa: E402  (sets TVM_NUM_THREADS before tvm runs anything parallel)
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
+
+from ext.bench import gflops, interleaved  # noqa: E402
+from ext.strategies import REGISTRY, SelectionReport  # noqa: E402
+
+DEFAULT_CASES = ["1x1x1", "7x13x5", "64x64x64", "1x4096x1024", "16x1024x1024", "4096x32x256",
+                 "777x333x1000", "128x3072x768", "1024x1024x1024", "256x1024x1024:t", "64x128x64:b12"]
+LIBRARIES = ("matmul.openblas", "matmul.onednn")
+
+
+class Force:
+    """A tuning-history stand-in that picks one candidate for every workload it applies to."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def best(self, wl, target):
+        return (self.name, {}, 0.0) if wl.op == REGISTRY.get(self.name).op else None
+
+
+def parse_case(case: str):
+    head, *flags = case.lower().split(":")
+    try:
+        m, n, k = (int(v) for v in head.split("x"))
+    except ValueError:
+        raise SystemExit(f"bad case {case!r}: expected MxNxK[:t][:b<B>][:plain]") from None
+    batch = next((int(f[1:]) for f in flags if f.startswith("b")), None)
+    return m, n, k, ":t" in ":" + ":".join(flags), batch, "plain" in flags
+
+
+def model(M, N, K, runtime_weight, batch, plain, seed=0):
+    """(Relax module, NumPy inputs, reference output) for one case."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, M, K) if batch else (M, K)).astype("float32")
+    w = (rng.standard_normal((batch, K, N) if batch else (K, N)) / np.sqrt(K)).astype("float32")
+    b = rng.standard_normal(N).astype("float32")
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    params = [xv]
+    if batch:
+        wv = relax.Var("w", relax.TensorType(w.shape, "float32"))
+        params.append(wv)
+        inputs = [x, w]
+    elif runtime_weight:
+        wv = relax.Var("w", relax.TensorType((N, K), "float32"))
+        params.append(wv)
+        inputs = [x, np.ascontiguousarray(w.T)]
+    else:
+        inputs = [x]
+    with bb.function("main", params):
+        with bb.dataflow():
+            if batch:
+                rhs = wv
+            elif runtime_weight:
+                rhs = bb.emit(relax.op.permute_dims(wv, [1, 0]))
+            else:
+                rhs = relax.const(w)
+            y = bb.emit(relax.op.matmul(xv, rhs))
+            if not plain:
+                y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, relax.const(b)))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    ref = x.astype("float64") @ w
+    if not plain:
+        ref = np.maximum(ref + b, 0)
+    return bb.get(), inputs, ref
+
+
+def build(mod, target, *, libraries=True, force=None):
+    rep = SelectionReport(ext.target.describe(target))
+    pipe = ext.pipeline(target, report=rep, libraries=libraries, history=Force(force) if force else None)
+    t0 = time.perf_counter()
+    ex = relax.build(mod, target, relax_pipeline=pipe)
+    return ex, rep, time.perf_counter() - t0
+
+
+def vm_call(ex, inputs):
+    dev = tvm.cpu()
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    fn = vm["main"]
+    return (lambda: fn(*args)), fn
+
+
+class BenchLock:
+    """Hold ``path`` (flock) while timing, so concurrent benchmarks on the shared cores don't overlap."""
+
+    def __init__(self, path):
+        self.path, self.f = path, None
+
+    def __enter__(self):
+        if self.path:
+            import fcntl
+
+            self.f = open(self.path, "a")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        if self.f:
+            self.f.close()
+
+
+def bench_case(case, target, rounds, lock):
+    M, N, K, runtime_weight, batch, plain = parse_case(case)
+    mod, inputs, ref = model(M, N, K, runtime_weight, batch, plain)
+    variants = {"ours": dict(libraries=False)}
+    variants.update({name.split(".")[1]: dict(force=name) for name in LIBRARIES})
+    variants["ext"] = dict(libraries=True)
+    contenders, picks, errs, builds = {}, {}, {}, {}
+    for label, kw in variants.items():
+        ex, rep, secs = build(mod, target, **kw)
+        d = rep.decisions[0]
+        if kw.get("force") and d.name != kw["force"]:
+            picks[label] = f"declined: {next((a.reason for a in d.alternatives if a.candidate == kw['force']), '?')}"
+            continue
+        call, fn = vm_call(ex, inputs)
+        out = call().numpy()
+        errs[label] = float(np.abs(out - ref).max())
+        contenders[label], picks[label], builds[label] = call, f"{d.name} ({d.source})", secs
+    with lock:
+        res = interleaved(contenders, "ours", rounds=rounds)
+    flops = 2.0 * M * N * K * (batch or 1)
+    libs = [k for k in contenders if k not in ("ours", "ext")]
+    best_lib = min(libs, key=lambda k: res[k]["ratio"]) if libs else None
+    floor = min([1.0] + [res[k]["ratio"] for k in libs])  # ratio to "ours" of the faster of (ours, best library)
+    return {"case": case, "picks": picks, "max_abs_err": errs, "build_s": builds,
+            "results": {k: dict(v, gflops=gflops(flops, v["median_s"])) for k, v in res.items()},
+            "best_library": best_lib, "ext_vs_best": res["ext"]["ratio"] / floor,
+            "winner": "ours" if floor == 1.0 else best_lib}
+
+
+def overhead(target, rounds, lock):
+    """64x64x64 plain GEMM: each library vs our direct kernel, plus an empty packed call through the VM."""
+    mod, inputs, _ = model(64, 64, 64, False, None, True)
+    contenders = {}
+    for label, name in [("direct", "matmul.direct"), ("openblas", "matmul.openblas"), ("onednn", "matmul.onednn")]:
+        ex, rep, _ = build(mod, target, force=name)
+        if rep.decisions[0].name == name:
+            contenders[label] = vm_call(ex, inputs)[0]
+    tvm.register_global_func("bench.noop", lambda a, out: None, override=True)
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.call_dps_packed("bench.noop", [xv], relax.TensorType((64, 64), "float32")))
+        bb.emit_func_output(out)
+    contenders["empty packed call"] = vm_call(tvm.compile(bb.get(), target), inputs)[0]
+    with lock:
+        return interleaved(contenders, "direct", rounds=rounds, min_seconds=0.03)
+
+
+def fmt_ms(v):
+    return f"{v['median_s'] * 1e3:.4f} ms ({v['gflops']:.0f} GF)" if "gflops" in v else f"{v['median_s'] * 1e6:.1f} us"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", nargs="+", default=DEFAULT_CASES, help="MxNxK[:t][:b<B>][:plain]")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the call-overhead table")
+    ap.add_argument("--lock", default="/tmp/ext-bench.lock", help="flock file held while timing ('' = none)")
+    ap.add_argument("--json", help="write results as JSON")
+    args = ap.parse_args(argv)
+    target = ext.target.cpu()
+    lock = BenchLock(args.lock)
+    print(f"target: {ext.target.describe(target)}")
+    rows = []
+    for case in args.cases:
+        row = bench_case(case, target, args.rounds, lock)
+        rows.append(row)
+        print(f"{case}: " + "; ".join(f"{k}={v}" for k, v in row["picks"].items())
+              + f"; max abs err {max(row['max_abs_err'].values()):.1e}", flush=True)
+    labels = ["ours", "openblas", "onednn", "ext"]
+    print("\n| case | ext pick | " + " | ".join(labels) + " | winner | ext / faster of (ours, library) |")
+    print("|---|---|" + "---|" * len(labels) + "---|---|")
+    worst = 0.0
+    for r in rows:
+        cells = [fmt_ms(r["results"][k]) + f", {r['results'][k]['ratio']:.2f}x" if k in r["results"] else "-"
+                 for k in labels]
+        ok = "ok" if r["ext_vs_best"] <= 1.05 else "SLOWER"
+        worst = max(worst, r["ext_vs_best"])
+        print(f"| {r['case']} | {r['picks']['ext']} | " + " | ".join(cells)
+              + f" | {r['winner']} | {r['ext_vs_best']:.3f} {ok} |")
+    print("\n(median ms per call and GFLOPS; ratio = time / ours in the same rounds; "
+          f"worst ext / faster-of: {worst:.3f})")
+    out = {"cases": rows}
+    if not args.no_overhead:
+        ov = overhead(target, args.rounds, lock)
+        print("\n| 64x64x64 GEMM (no epilogue) | time per VM call | ratio to our direct kernel |\n|---|---|---|")
+        for k, v in ov.items():
+            print(f"| {k} | {v['median_s'] * 1e6:.2f} us | {v['ratio']:.2f}x |")
+        out["overhead_64"] = ov
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
