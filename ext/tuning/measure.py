@@ -55,7 +55,7 @@ class Settings:
 
     number: int = 1
     repeat: int = 5
-    min_repeat_ms: int = 40
+    min_repeat_ms: int = 25
     seed: int = 0
 
     def to_json(self) -> dict:
@@ -326,7 +326,10 @@ class LocalMeasurer:
         from tvm.support.popen_pool import PopenWorker
 
         self.timeout, self.settings, self.plugins = float(timeout), settings or Settings(), tuple(plugins)
-        self._worker = PopenWorker(initializer=_load_plugins, initargs=(self.plugins,))
+        # library candidates get their own worker: their thread pools (OpenMP, OpenBLAS) would
+        # otherwise compete with TVM's pool inside one process and slow the next points down
+        self._workers = {kind: PopenWorker(initializer=_load_plugins, initargs=(self.plugins,))
+                         for kind in ("kernel", "library")}
 
     def task(self, wl: Workload, cand, config: dict, target) -> dict:
         return {"workload": wl.to_json(), "candidate": cand.name, "config": config,
@@ -338,56 +341,69 @@ class LocalMeasurer:
         ``cutoff``: seconds; when one call takes longer, that single time is the result (no repeats).
         """
         task = dict(self.task(wl, cand, config, target), cutoff=cutoff)
-        timed_out = threading.Event()
-
-        def _kill():
-            timed_out.set()
-            proc = getattr(self._worker, "_proc", None)
-            if proc is not None:
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-        # the first send also starts the worker and imports ext: that does not count against the point
-        if getattr(self._worker, "_proc", None) is None:
-            try:
-                self._worker.send(_noop)
-                self._worker.recv()
-            except Exception as exc:  # noqa: BLE001
-                self._worker.kill()
-                return Result("infra", error=f"worker start failed: {exc}", device=self.device)
-        watchdog = threading.Timer(self.timeout, _kill)
-        watchdog.daemon = True
+        worker = self._workers["library" if getattr(cand, "library", None) else "kernel"]
+        # the first call also starts the worker and imports ext: that does not count against the point
+        if getattr(worker, "_proc", None) is None:
+            _, exc, _ = _call(worker, _noop, (), WORKER_START_TIMEOUT_S)
+            if exc is not None:
+                return Result("infra", error=f"measurement worker did not start: {exc}", device=self.device)
         t0 = time.time()
-        watchdog.start()
-        try:
-            self._worker.send(type(self)._fn, (task,))
-            out = self._worker.recv()
-        except Exception as exc:  # noqa: BLE001 - crash, timeout or an exception in the worker
-            self._worker.kill()
-            if timed_out.is_set():
-                return Result("timeout", error=f"no result within {self.timeout:.0f} s (worker killed)",
-                              device=self.device)
+        out, exc, timed_out = _call(worker, type(self)._fn, (task,), self.timeout)
+        if timed_out:
+            return Result("timeout", error=f"no result within {self.timeout:.0f} s (worker killed)",
+                          device=self.device)
+        if exc is not None:  # a crash, or an exception raised in the worker
             msg = _short(str(exc)) or type(exc).__name__
             if isinstance(exc, ChildProcessError):
                 msg = f"worker process died ({msg}) after {time.time() - t0:.1f} s"
             return Result("failed", error=msg, device=self.device)
-        finally:
-            watchdog.cancel()
-        if timed_out.is_set() or getattr(cand, "library", None):
-            # answered just as the watchdog fired, or a library left its thread pool spinning in
-            # the worker: a fresh worker keeps it from slowing the next points down
-            self._worker.kill()
         out.setdefault("device", self.device)
         return Result(**out)
 
     def close(self) -> None:
-        self._worker.kill()
+        for w in self._workers.values():
+            w.kill()
 
 
 def _noop():
     return None
+
+
+#: seconds a new worker may take to start and import ext
+WORKER_START_TIMEOUT_S = 180.0
+
+
+def _call(worker, fn, args, timeout: float):
+    """``fn(*args)`` in ``worker`` with a parent-side watchdog: ``(result, exception, timed_out)``.
+
+    The watchdog SIGKILLs the worker, so even a kernel stuck in C with the GIL held ends;
+    after any failure the worker is killed and the next call starts a fresh one.
+    """
+    fired = threading.Event()
+
+    def _kill():
+        fired.set()
+        proc = getattr(worker, "_proc", None)
+        if proc is not None:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    watchdog = threading.Timer(timeout, _kill)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        worker.send(fn, args)
+        out = worker.recv()
+    except Exception as exc:  # noqa: BLE001
+        worker.kill()
+        return None, exc, fired.is_set()
+    finally:
+        watchdog.cancel()
+    if fired.is_set():  # answered just as the watchdog fired: the process is gone anyway
+        worker.kill()
+    return out, None, False
 
 
 class RPCMeasurer(LocalMeasurer):

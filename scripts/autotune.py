@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+"""Autotune a built-in model with ext's tuner; optionally compare with stock MetaSchedule.
+
+    python scripts/autotune.py                                   # GEMM + MLP demo, < 2 minutes
+    python scripts/autotune.py --model gemm1024 --seconds 120 --compare-metaschedule
+    python scripts/autotune.py --model gemm --shape 512x768x3072 --trials 40
+    python scripts/autotune.py --rpc-tracker 127.0.0.1:9190 --rpc-key zen4
+
+Each measurement is appended to ``--log`` (JSONL) as soon as it finishes;
+running the same command again resumes: points already in the log are not
+measured again. One progress bar per task shows trials, best GFLOPS so far and
+failures; a final table lists each task's best (candidate, config).
+
+``--compare-metaschedule`` then tunes the same module with stock MetaSchedule
+(``tune_relax``, default xgb cost model and evolutionary search) for the same
+wall-clock time as ext's tuning took, in a subprocess with the same
+``TVM_NUM_THREADS``, and times NumPy, ext untuned, ext tuned and MetaSchedule
+interleaved in one process (ratios to NumPy per round, median).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import ext  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its pool)
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+
+MODELS = ("demo", "gemm", "gemm1024", "mlp")
+
+
+def build_model(name: str, shape: str | None):
+    """(Relax module, NumPy inputs, NumPy reference function) of a built-in model."""
+    from ext.models.gemm import dense, mlp, numpy_reference
+
+    rng = np.random.default_rng(0)
+    if name in ("gemm", "gemm1024"):
+        m, n, k = _shape(shape) if shape else ((1024, 1024, 1024) if name == "gemm1024" else (256, 256, 256))
+        mod, params = dense(m, n, k)
+        x = rng.standard_normal((m, k)).astype("float32")
+        return mod, [x], (lambda: np.maximum(x @ params["w"] + params["b"], 0)), params
+    if name == "mlp":
+        mod = mlp()
+        return mod, [rng.standard_normal((32, 784)).astype("float32")], None, None
+    # demo: a 256^3 GEMM layer feeding the MLP's shapes (one module, four GEMM tasks)
+    return mlp(batch=64, sizes=(256, 256, 512, 10)), [rng.standard_normal((64, 256)).astype("float32")], None, None
+
+
+def _shape(text: str):
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"bad --shape {text!r}: expected MxNxK, e.g. 512x512x512") from None
+    return m, n, k
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=MODELS, default="demo", help="built-in model to tune (default: demo)")
+    p.add_argument("--shape", help="MxNxK for --model gemm (default 256x256x256)")
+    p.add_argument("--log", default="autotune.jsonl", help="JSONL tuning log to append to (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=None, help="measurements per task (default: whole space)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="wall-clock budget of the tuning (default: 90 for demo/mlp/gemm, 120 for gemm1024)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one measurement may take")
+    p.add_argument("--batch", type=int, default=8, help="points measured per search round")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on devices behind this TVM RPC tracker")
+    p.add_argument("--rpc-key", metavar="KEY", help="device key registered with the tracker")
+    p.add_argument("--compare-metaschedule", action="store_true",
+                   help="also tune with stock MetaSchedule for the same wall-clock time and compare")
+    p.add_argument("--ms-dir", default=None, help="MetaSchedule work dir (default: <log>.ms)")
+    p.add_argument("--summary", help="write the tuning summary as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--ms-worker", nargs=3, metavar=("MODEL", "SHAPE", "DIR"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if bool(args.rpc_tracker) != bool(args.rpc_key):
+        p.error("--rpc-tracker and --rpc-key go together")
+    if args.seconds is None:
+        args.seconds = 120.0 if args.model == "gemm1024" else 90.0
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.ms_worker:
+        return _ms_worker(*args.ms_worker)
+    target = ext.target.cpu()
+    mod, inputs, reference, _ = build_model(args.model, args.shape)
+    rpc = {"tracker": args.rpc_tracker, "key": args.rpc_key} if args.rpc_tracker else None
+    print(f"ext autotune: model {args.model}, target {ext.target.describe(target)}, log {args.log}, "
+          f"budget {args.seconds:.0f} s" + (f", {args.trials} trials/task" if args.trials else "")
+          + (f", rpc {args.rpc_key}@{args.rpc_tracker}" if rpc else ""), flush=True)
+    progress = None if args.quiet else ext.tuning.ProgressPrinter(sys.stdout)
+    summary = ext.tune(mod, target, log=args.log, trials=args.trials, seconds=args.seconds, rpc=rpc,
+                       timeout=args.timeout, batch=args.batch, seed=args.seed, progress=progress)
+    print(summary.table(), flush=True)
+    if args.summary:
+        with open(args.summary, "w") as f:
+            json.dump(summary.to_json(), f, indent=1)
+    if args.compare_metaschedule:
+        compare(args, mod, inputs, reference, target, budget=summary.elapsed)
+    return 0
+
+
+# -- MetaSchedule comparison ---------------------------------------------------------------------
+
+def _ms_worker(model: str, shape: str, work_dir: str) -> int:
+    """Run stock MetaSchedule on the model until killed (the parent enforces the budget)."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+    from tvm.s_tir import meta_schedule as ms
+
+    target = ext.target.cpu()
+    mod, *_ = build_model(model, None if shape == "-" else shape)
+    with target:
+        lowered = tvm.transform.Sequential(cpu.legalize_passes(target))(mod)
+    ms.relax_integration.tune_relax(lowered, {}, target, work_dir, max_trials_global=100_000)
+    return 0
+
+
+def _clean_db(src: str, dst: str) -> None:
+    """Copy a MetaSchedule JSON database, dropping a line torn when its tuner was killed."""
+    os.makedirs(dst, exist_ok=True)
+    for name in ("database_workload.json", "database_tuning_record.json"):
+        path = os.path.join(src, name)
+        lines = []
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    try:
+                        json.loads(line)
+                        lines.append(line if line.endswith("\n") else line + "\n")
+                    except ValueError:
+                        pass
+        with open(os.path.join(dst, name), "w") as f:
+            f.writelines(lines)
+
+
+def run_metaschedule(args, budget: float):
+    """Tune with MetaSchedule for ``budget`` seconds; returns (work dir with a clean database, records)."""
+    work = args.ms_dir or (os.path.splitext(args.log)[0] + ".ms")
+    shutil.rmtree(work, ignore_errors=True)
+    cmd = [sys.executable, os.path.abspath(__file__), "--ms-worker", args.model, args.shape or "-", work]
+    print(f"stock MetaSchedule: tuning for {budget:.0f} s (same wall clock, TVM_NUM_THREADS="
+          f"{os.environ.get('TVM_NUM_THREADS')})", flush=True)
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=budget)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    clean = work + ".clean"
+    shutil.rmtree(clean, ignore_errors=True)
+    _clean_db(work, clean)
+    with open(os.path.join(clean, "database_tuning_record.json")) as f:
+        n = sum(1 for _ in f)
+    return clean, n
+
+
+def compare(args, mod, inputs, reference, target, budget: float) -> None:
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from ext.bench import gflops, interleaved
+
+    db_dir, n_ms = run_metaschedule(args, budget)
+    dev = tvm.cpu()
+    xs = [tvm.runtime.tensor(x, dev) for x in inputs]
+    contenders, outputs = {}, {}
+    if reference is not None:
+        contenders["numpy"] = reference
+    for name, build in (("ext untuned", lambda: ext.build(mod, target)),
+                        ("ext tuned", lambda: ext.build(mod, target, tuning_log=args.log))):
+        vm = relax.VirtualMachine(build(), dev)
+        contenders[name] = (lambda vm=vm: vm["main"](*xs))
+        outputs[name] = vm["main"](*xs).numpy()
+    if n_ms:
+        db = ms.database.JSONDatabase(work_dir=db_dir)
+        ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
+        vm = relax.VirtualMachine(ex, dev)
+        contenders["metaschedule"] = (lambda vm=vm: vm["main"](*xs))
+        outputs["metaschedule"] = vm["main"](*xs).numpy()
+    else:
+        print("stock MetaSchedule measured nothing within the budget", flush=True)
+    expect = reference() if reference is not None else outputs["ext untuned"]
+    for name, out in outputs.items():
+        err = float(np.abs(out - expect).max())
+        print(f"  {name}: max abs error vs {'numpy' if reference else 'ext untuned'} {err:.2e}")
+    ref_name = "numpy" if reference is not None else "ext untuned"
+    res = interleaved(contenders, ref_name, rounds=9)
+    flops = sum(t.workload.flops * t.uses for t in ext.tuning.extract_tasks(mod, target))
+    print(f"\nsame process, interleaved, 9 rounds; MetaSchedule: {n_ms} records in {budget:.0f} s")
+    print(f"{'contender':14s} {'ms':>9s} {'GFLOPS':>8s} {'time / ' + ref_name:>16s}")
+    for name, r in res.items():
+        print(f"{name:14s} {r['median_s'] * 1e3:9.3f} {gflops(flops, r['median_s']):8.1f} {r['ratio']:16.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
