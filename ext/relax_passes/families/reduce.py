@@ -1,0 +1,75 @@
+"""The reduction anchors ``R.sum``, ``R.mean``, ``R.max``, ``R.min`` (no epilogue chain).
+
+Size-1 axes are dropped and neighbouring axes of the same kind merged; when
+the reduced axes then form one contiguous group, the input is viewed as
+``(O, R, I)`` (a free reshape) and the output reshaped back (``keepdims`` or
+not). Axis sets that stay split (e.g. axes 0 and 2 of a 3-D tensor with
+non-unit sizes) are left to stock lowering.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ...workload import Workload
+from . import Composite, Family, dtype, register_family, static_shape
+
+OPS = {"relax.sum": "sum", "relax.mean": "mean", "relax.max": "max", "relax.min": "min"}
+
+
+def _factory(op):
+    def pattern():
+        x = wildcard()
+        anchor = is_op(op)(x)
+        return anchor, {"anchor": anchor, "x": x}
+
+    return pattern
+
+
+def canonical(shape, axes) -> tuple | None:
+    """``(O, R, I)`` for reducing ``axes`` of ``shape``, or None when the reduced axes stay split."""
+    nd = len(shape)
+    red = set(range(nd)) if axes is None else {int(a) % nd for a in axes}
+    kinds = [(d, ax in red) for ax, d in enumerate(shape) if d != 1]
+    pattern = "".join("R" if r else "K" for _, r in kinds)
+    first, last = pattern.find("R"), pattern.rfind("R")
+    if first >= 0 and "K" in pattern[first:last + 1]:
+        return None
+    if first < 0:
+        return math.prod(d for d, _ in kinds), 1, 1
+    O = math.prod(d for d, _ in kinds[:first])
+    R = math.prod(d for d, _ in kinds[first:last + 1])
+    I = math.prod(d for d, _ in kinds[last + 1:])
+    return O, R, I
+
+
+def _axes(call):
+    return None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
+
+
+def _check(variant: str, ann: dict) -> bool:
+    x = ann["x"]
+    if not isinstance(x.ty, relax.TensorType) or x.ty.shape is None or len(x.ty.shape) == 0:
+        return False
+    shape = static_shape(x)
+    return all(isinstance(d, int) for d in shape) and canonical(shape, _axes(ann["anchor"])) is not None
+
+
+def _extract(comp: Composite):
+    call = next(c for c in comp.calls if c.op.name in OPS)
+    x = comp.outer(call.args[0])
+    shape = static_shape(x)
+    dims = canonical(shape, _axes(call))
+    if dims is None:
+        return None
+    O, R, I = dims
+    out_shape = static_shape(comp.func.body.body)
+    wl = Workload("reduce", [dims], [dtype(x)], str(comp.func.body.body.ty.dtype),
+                  attrs={"kind": OPS[call.op.name], "out_shape": (O, I)})
+    return wl, [relax.op.reshape(x, dims)], (lambda y: relax.op.reshape(y, out_shape))
+
+
+register_family(Family("reduce", [(name.split(".")[1], _factory(op)) for op, name in
+                                  [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False))

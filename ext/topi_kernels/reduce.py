@@ -1,0 +1,102 @@
+"""Reductions ``sum``, ``mean``, ``max``, ``min`` over any set of axes, in a canonical 3-D form.
+
+The Relax family drops size-1 axes and merges neighbouring axes of the same
+kind, so that a reduction over any axis set whose reduced axes are contiguous
+(after dropping size-1 axes) becomes ``X (O, R, I) -> Y (O, I)``::
+
+    for o in [0, O), i in [0, I):
+        acc = identity                          # 0 for sum/mean, -inf for max, +inf for min
+        for k in [0, R): acc = acc (+|max|min) X[o, k, i]
+        Y[o, i] = acc * (1/R if mean else 1)
+
+Cost: ``O * R * I`` combines, ``4 * O * R * I`` bytes read (each element once).
+
+Two computes give the schedules room:
+
+* ``reduce_3d(X, kind, pad_to)`` is the loop above (blocks ``acc``, ``out``);
+  with ``pad_to > 1`` and ``I == 1`` the k loop runs to a multiple of
+  ``pad_to`` reading the identity past ``R``, so the schedule can split it
+  into whole vectors (an rfactor over a ragged split miscompiles in TVM 0.27).
+* ``reduce_split(X, kind, chunks, lanes)`` (``I == 1``, one long reduction):
+  ``P[o, t, l]`` reduces chunk ``t`` of the row lane-wise (``chunks`` chunks
+  of whole ``lanes``-vectors, padded with the identity), then ``Y[o]``
+  combines the ``chunks * lanes`` partials: the rfactor form that lets every
+  thread work on one row.
+"""
+from __future__ import annotations
+
+from tvm import te, tirx
+
+KINDS = ("sum", "mean", "max", "min")
+
+
+def _i64(v):
+    return tirx.IntImm("int64", int(v))
+
+
+def identity(kind: str, dtype: str):
+    if kind in ("sum", "mean"):
+        return tirx.const(0, dtype)
+    return tirx.min_value(dtype) if kind == "max" else tirx.max_value(dtype)
+
+
+def _combine(kind: str, value, axis):
+    if kind in ("sum", "mean"):
+        return te.sum(value, axis=axis)
+    return te.max(value, axis=axis) if kind == "max" else te.min(value, axis=axis)
+
+
+def _finish(kind: str, R: int, acc, out_dtype: str, shape, name="out"):
+    def body(*idx):
+        v = acc[idx]
+        if kind == "mean":
+            v = v * tirx.const(1.0 / R, acc.dtype)
+        return v if out_dtype == acc.dtype else v.astype(out_dtype)
+
+    return te.compute(shape, body, name=name)
+
+
+def _padded(X, kind: str, R: int, Rp: int, read):
+    """``read(k)`` or the identity past ``R`` (``k`` clamped so the load stays in bounds)."""
+    if Rp == R:
+        return read
+    ident = identity(kind, X.dtype)
+    return lambda k: tirx.if_then_else(k < _i64(R), read(te.min(k, _i64(R - 1))), ident)
+
+
+def reduce_3d(X: te.Tensor, kind: str, *, pad_to: int = 1, out_dtype: str | None = None) -> te.Tensor:
+    """``Y[o, i] = reduce_k X[o, k, i]`` for ``X`` of shape ``(O, R, I)``; blocks ``acc`` and ``out``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown reduction {kind!r} (known: {KINDS})")
+    O, R, I = (int(d) for d in X.shape)
+    Rp = -(-R // pad_to) * pad_to if I == 1 else R
+    k = te.reduce_axis((_i64(0), _i64(Rp)), name="k")
+
+    def body(o, i):
+        return _combine(kind, _padded(X, kind, R, Rp, lambda kk: X[o, kk, i])(k), k)
+
+    acc = te.compute((_i64(O), _i64(I)), body, name="acc")
+    return _finish(kind, R, acc, out_dtype or X.dtype, (_i64(O), _i64(I)))
+
+
+def reduce_split(X: te.Tensor, kind: str, *, chunks: int, lanes: int, out_dtype: str | None = None) -> te.Tensor:
+    """Split reduction of ``X (O, R, 1)``: lane-wise chunk partials ``P`` then ``acc``, ``out``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown reduction {kind!r} (known: {KINDS})")
+    O, R, I = (int(d) for d in X.shape)
+    if I != 1:
+        raise ValueError(f"reduce_split needs I == 1, got X of shape {(O, R, I)}")
+    C = -(-R // (chunks * lanes))  # vectors per chunk
+    Rp = C * chunks * lanes
+    c = te.reduce_axis((_i64(0), _i64(C)), name="c")
+
+    def part(o, t, l):
+        k = (t * _i64(C) + c) * _i64(lanes) + l
+        load = _padded(X, kind, R, Rp, lambda kk: X[o, kk, _i64(0)])
+        return _combine(kind, load(k), c)
+
+    P = te.compute((_i64(O), _i64(chunks), _i64(lanes)), part, name="part")
+    t2 = te.reduce_axis((_i64(0), _i64(chunks)), name="t2")
+    l2 = te.reduce_axis((_i64(0), _i64(lanes)), name="l2")
+    acc = te.compute((_i64(O), _i64(1)), lambda o, i: _combine(kind, P[o, t2, l2], [t2, l2]), name="acc")
+    return _finish(kind, R, acc, out_dtype or X.dtype, (_i64(O), _i64(1)))
