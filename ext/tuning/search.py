@@ -7,8 +7,8 @@ Loop (until the time budget is spent, or every task used its trials or space)::
 
     pick the task with the largest  weight / (1 + trials so far)
         (weight = uses x best measured seconds, or a flops estimate)
-    batch: on a task's first visit the Selector's untuned choice and each
-           candidate's default; then the cost model's best predicted unmeasured
+    batch: on a task's first visit only the Selector's untuned choice and each
+           candidate's default (every task gets a baseline first); then the cost model's best predicted unmeasured
            points, plus a share ``explore`` of random unmeasured points
     measure each point (subprocess, time limit, reference check), append its record
     retrain the cost model on every valid record of the log (all workloads)
@@ -183,7 +183,7 @@ class Tuner:
                     seen_c.add(p.cand.name)
                     if p.key != st.default_key:
                         firsts.append(p)
-            picked = firsts[:n]
+            return firsts[:n]  # a baseline for every task before any task gets more
         rest = [p for p in todo if p not in picked]
         k = n - len(picked)
         if k > 0 and rest:
