@@ -250,10 +250,27 @@ def _batch_space(wl, target):
             for par in ("panels", "none")]
 
 
+def _swapped(shape):
+    return tuple(shape[:-2]) + (shape[-1], shape[-2])
+
+
+def _batch_transforms(wl, cfg, target):
+    """A transposed B is made contiguous along N first (one copy; folded when B is constant):
+    reading it transposed would make every vector load a gather."""
+    if not wl.attr("transpose_b"):
+        return {}
+    B = te.placeholder(tuple(mm._i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="B")
+    Bt = mm.swap_last_two(B)
+    sch = create_schedule([B, Bt])
+    cpu_sched.schedule_transpose(sch, "Bt", _lanes(target))
+    return {1: finish(sch, "matmul.batch_transpose")}
+
+
 def _batch_build(wl, cfg: TileConfig, target):
-    A, B, *extras = _placeholders(wl)
+    transposed = bool(wl.attr("transpose_b"))
+    A, B, *extras = _placeholders(wl, b_shape=_swapped(wl.shapes[1]) if transposed else None)
     out = wl.attr("out_shape")
-    _, D = mm.batch_matmul(A, B, out_shape=out, transpose_b=bool(wl.attr("transpose_b")), epilogue=wl.epilogue,
+    _, D = mm.batch_matmul(A, B, out_shape=out, transpose_b=False, epilogue=wl.epilogue,
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, B, *extras, D])
     cpu_sched.schedule_tiled(sch, cfg, _lanes(target), nbatch=len(out) - 2)
@@ -261,4 +278,4 @@ def _batch_build(wl, cfg: TileConfig, target):
 
 
 register(Candidate("matmul.batch", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
-                   space=_batch_space, default=_batch_default, build=_batch_build))
+                   space=_batch_space, default=_batch_default, build=_batch_build, transforms=_batch_transforms))

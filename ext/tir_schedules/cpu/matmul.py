@@ -107,3 +107,19 @@ def schedule_dot(sch: s_tir.Schedule, cfg: DotConfig) -> None:
     loops = sch.get_loops(d)
     if cfg.parallel:
         sch.parallel(sch.fuse(*loops))
+
+
+def schedule_transpose(sch: s_tir.Schedule, block_name: str, lanes: int) -> None:
+    """``Bt[.., k, j] = B[.., j, k]``: tile (k, j) so reads and writes both stay within a few
+    cache lines, vectorize the contiguous write along j, parallelize the outer tiles."""
+    b = sch.get_sblock(block_name)
+    loops = sch.get_loops(b)
+    *batch, k, j = loops
+    tk = min(lanes, extent(sch, k))
+    tj = lanes if extent(sch, j) % lanes == 0 else 1
+    k0, k1 = sch.split(k, [None, tk])
+    j0, j1 = sch.split(j, [None, tj])
+    sch.reorder(*batch, k0, j0, k1, j1)
+    if tj > 1:
+        sch.vectorize(j1)
+    sch.parallel(sch.fuse(*batch, k0) if batch else k0)
