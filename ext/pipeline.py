@@ -106,6 +106,8 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     from .target import cpu
 
     tgt = normalize(target) if target is not None else cpu()
+    if tuning_log is not None and not os.path.exists(tuning_log):  # fail here, not deep inside the pass
+        raise FileNotFoundError(f"tuning log {os.fspath(tuning_log)!r} does not exist")
     rep = SelectionReport(describe(tgt))
     ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
     ex.ext_report = rep  # ext.export_library checks it for candidates that need this Python process
