@@ -1,0 +1,226 @@
+"""Candidate table for the matmul family on CUDA (workload convention: ``strategies/matmul.py``).
+
+Inputs ``float32`` or ``float16`` (both operands alike; fp32 accumulation), output ``float32``
+or ``float16``, 2-D operands (batched matmuls go to the dlight fallback). Schedules live in
+``tir_schedules/cuda/matmul.py``; the compute is ``topi_kernels.matmul.matmul_padded`` (zero
+padding to the tile, so no tile ever needs a bounds check inside its K loop).
+
+Which wins by plevel: ``cuda_small`` for launch-bound sizes, ``cuda_gemv`` when M or N is 1,
+``cuda_tensorcore`` for fp16 unless padding to its 16-multiples would more than double the
+work, else ``cuda_tiled``.
+"""
+from __future__ import annotations
+
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cuda import matmul as sched
+from ..tir_schedules.cuda.matmul import GemvConfig, SmallConfig, TensorCoreConfig, TiledConfig
+from ..topi_kernels import matmul as mm
+from ..workload import Workload
+from .matmul import _placeholders, dims
+from .registry import PLEVEL, Candidate, register
+
+IN_DTYPES = ("float16", "float32")
+OUT_DTYPES = ("float16", "float32")
+#: below this many flops one thread per output beats tiling (launch and sync overheads dominate)
+SMALL_FLOPS = 2 ** 18
+#: wmma needs sm_70 or newer
+TENSORCORE_MIN_SM = 70
+
+
+def _check_common(wl: Workload, target) -> str | None:
+    a, b = wl.dtypes[0], wl.dtypes[1]
+    if a != b or a not in IN_DTYPES:
+        why = "bf16 has no wmma intrinsic in TVM 0.27; " if "bfloat16" in (a, b) else ""
+        return f"{why}inputs must both be float16 or float32, got {a}/{b}"
+    if wl.out_dtype not in OUT_DTYPES:
+        return f"output must be float16 or float32, got {wl.out_dtype}"
+    if len(wl.shapes[0]) != 2 or len(wl.shapes[1]) != 2:
+        return "needs 2-D operands (batched matmul goes to the dlight fallback)"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    return None
+
+
+def _sm(target) -> int:
+    arch = str(target.attrs.get("arch", "sm_80"))
+    return int(arch[3:]) if arch[3:].isdigit() else 80
+
+
+def _build(wl: Workload, name: str, pads: tuple, schedule) -> object:
+    M, N, K = dims(wl)
+    Mp, Np, Kp = (mm.ceil_to(v, p) for v, p in zip((M, N, K), pads))
+    A, B, *extras = _placeholders(wl)
+    _, D = mm.matmul_padded(A, B, M=M, N=N, K=K, b_layout="nk" if wl.attr("transpose_b") else "kn",
+                            Mp=Mp, Np=Np, Kp=Kp, epilogue=wl.epilogue, extras=extras,
+                            out_dtype=wl.out_dtype, acc_dtype="float32")
+    sch = create_schedule([A, B, *extras, D])
+    schedule(sch)
+    return finish(sch, name)
+
+
+def _is_gemv(wl) -> bool:
+    M, N, _ = dims(wl)
+    return min(M, N) == 1
+
+
+def _too_small(wl) -> str | None:
+    if wl.flops <= SMALL_FLOPS:
+        return f"{wl.flops / 1e3:.0f} KFLOP: launch-bound, the direct kernel wins"
+    return None
+
+
+# -- matmul.cuda_tiled -------------------------------------------------------------------------
+
+def _tiled_suits(wl, target):
+    if _is_gemv(wl):
+        return "matrix-vector shape: tiles would be 1/64 full"
+    return _too_small(wl)
+
+
+def _tiled_config(bm, bn, tm, tn, bk, db=True):
+    threads = (bm // tm) * (bn // tn)
+    vector = max(1, min(4, bm * bk // threads, bn * bk // threads))
+    return TiledConfig(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, vector=vector,
+                       double_buffer=db)
+
+
+_TILES = [(128, 128, 8, 8), (64, 64, 4, 4), (128, 64, 8, 4), (64, 128, 4, 8), (32, 32, 2, 2)]
+
+
+def _tiled_space(wl, target):
+    return [_tiled_config(bm, bn, tm, tn, bk, db) for bm, bn, tm, tn in _TILES for bk in (8, 16, 32)
+            for db in (True, False)]
+
+
+def _tiled_default(wl, target):
+    M, N, _ = dims(wl)
+    if M >= 2048 and N >= 2048:
+        return _tiled_config(128, 128, 8, 8, 8)
+    if M <= 32 or N <= 32:
+        return _tiled_config(32, 32, 2, 2, 16)
+    return _tiled_config(64, 64, 4, 4, 16)
+
+
+def _tiled_build(wl, cfg: TiledConfig, target):
+    return _build(wl, "matmul.cuda_tiled", (cfg.block_m, cfg.block_n, cfg.block_k),
+                  lambda sch: sched.schedule_tiled(sch, cfg))
+
+
+register(Candidate("matmul.cuda_tiled", ("cuda",), PLEVEL.BLOCKED, _check_common, TiledConfig,
+                   space=_tiled_space, default=_tiled_default, build=_tiled_build, suits=_tiled_suits))
+
+
+# -- matmul.cuda_tensorcore --------------------------------------------------------------------
+
+def _tc_check(wl, target):
+    reason = _check_common(wl, target)
+    if reason:
+        return reason
+    if wl.dtypes[0] != "float16":
+        return f"tensor cores need float16 inputs, got {wl.dtypes[0]}"
+    if _sm(target) < TENSORCORE_MIN_SM:
+        return f"wmma needs sm_{TENSORCORE_MIN_SM}+, target is sm_{_sm(target)}"
+    if _is_gemv(wl):
+        return "matrix-vector shape: a 16x16 fragment would be 1/16 full"
+    return None
+
+
+def _padding_waste(wl, cfg: TensorCoreConfig) -> float:
+    M, N, K = dims(wl)
+    padded = mm.ceil_to(M, cfg.block_m) * mm.ceil_to(N, cfg.block_n) * mm.ceil_to(K, cfg.block_k)
+    return padded / float(M * N * K)
+
+
+def _tc_suits(wl, target):
+    small = _too_small(wl)
+    if small:
+        return small
+    waste = _padding_waste(wl, _tc_default(wl, target))
+    if waste > 2.0:
+        return f"padding to the tensor-core tile would do {waste:.1f}x the work"
+    return None
+
+
+def _tc_space(wl, target):
+    out = []
+    for wm, wn, fm, fn in [(2, 2, 2, 4), (2, 4, 4, 2), (2, 2, 4, 4), (1, 2, 2, 4), (2, 2, 2, 2), (1, 1, 2, 2)]:
+        for chunk in (1, 2, 4):
+            out.append(TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn, chunk=chunk))
+    return out
+
+
+def _tc_default(wl, target):
+    M, N, _ = dims(wl)
+    if M >= 1024 and N >= 1024:
+        return TensorCoreConfig(warps_m=2, warps_n=4, frags_m=4, frags_n=2, chunk=2)
+    if M <= 32:
+        return TensorCoreConfig(warps_m=1, warps_n=2, frags_m=2, frags_n=2, chunk=2)
+    return TensorCoreConfig()
+
+
+def _tc_build(wl, cfg: TensorCoreConfig, target):
+    trans_b = bool(wl.attr("transpose_b"))
+    return _build(wl, "matmul.cuda_tensorcore", (cfg.block_m, cfg.block_n, cfg.block_k),
+                  lambda sch: sched.schedule_tensorcore(sch, cfg, wl.dtypes[0], trans_b))
+
+
+register(Candidate("matmul.cuda_tensorcore", ("cuda",), PLEVEL.SPECIALIZED, _tc_check, TensorCoreConfig,
+                   space=_tc_space, default=_tc_default, build=_tc_build, suits=_tc_suits))
+
+
+# -- matmul.cuda_gemv --------------------------------------------------------------------------
+
+def _gemv_check(wl, target):
+    reason = _check_common(wl, target)
+    if reason:
+        return reason
+    M, N, _ = dims(wl)
+    return None if min(M, N) == 1 else f"not a matrix-vector product (M={M}, N={N})"
+
+
+def _gemv_form(wl) -> str:
+    """``dot`` when the reduction axis is contiguous in the big operand, else ``panel``."""
+    M, N, _ = dims(wl)
+    return "dot" if (N == 1 or wl.attr("transpose_b")) else "panel"
+
+
+def _gemv_space(wl, target):
+    if _gemv_form(wl) == "dot":
+        return [GemvConfig(rows=r, lanes=32) for r in (1, 2, 4, 8)]
+    return [GemvConfig(rows=r, lanes=n) for r in (2, 4, 8, 16) for n in (32, 64, 128) if r * n <= 1024]
+
+
+def _gemv_default(wl, target):
+    return GemvConfig(rows=4, lanes=32) if _gemv_form(wl) == "dot" else GemvConfig(rows=4, lanes=64)
+
+
+def _gemv_build(wl, cfg: GemvConfig, target):
+    form = _gemv_form(wl)
+    split = cfg.lanes if form == "dot" else cfg.rows
+    return _build(wl, "matmul.cuda_gemv", (1, 1, split), lambda sch: sched.schedule_gemv(sch, cfg, form))
+
+
+register(Candidate("matmul.cuda_gemv", ("cuda",), PLEVEL.SPECIALIZED, _gemv_check, GemvConfig,
+                   space=_gemv_space, default=_gemv_default, build=_gemv_build))
+
+
+# -- matmul.cuda_small -------------------------------------------------------------------------
+
+def _small_suits(wl, target):
+    if wl.flops > SMALL_FLOPS:
+        return f"{wl.flops / 1e6:.1f} MFLOP is above the {SMALL_FLOPS / 1e6:.2f} MFLOP direct-kernel bound"
+    return None
+
+
+def _small_default(wl, target):
+    M, N, _ = dims(wl)
+    return SmallConfig(threads=min(256, mm.ceil_to(M * N, 32)))
+
+
+def _small_build(wl, cfg: SmallConfig, target):
+    return _build(wl, "matmul.cuda_small", (1, 1, 1), lambda sch: sched.schedule_small(sch, cfg))
+
+
+register(Candidate("matmul.cuda_small", ("cuda",), PLEVEL.DIRECT, _check_common, SmallConfig,
+                   space=lambda wl, t: [SmallConfig(threads=n) for n in (32, 64, 128, 256)],
+                   default=_small_default, build=_small_build, suits=_small_suits))
