@@ -175,3 +175,60 @@ def test_export_refuses_naming_the_candidate_then_works_in_a_process_with_ext(cp
     ex2 = ext.build(mod, cpu_target, libraries=False)
     ext.export_library(ex2, tmp_path / "own.so")
     assert (tmp_path / "own.so").exists()
+
+
+# -- conv2d -------------------------------------------------------------------------------------
+
+from conv2d_helpers import conv_tol, conv_wl  # noqa: E402
+from conv2d_helpers import reference as conv_reference  # noqa: E402
+from test_conv2d import SHAPES as CONV_SHAPES  # noqa: E402
+from test_conv2d import _id as conv_id  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=conv_id)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv2d_onednn_matches_numpy(cpu_target, shape, layout):
+    N, C, H, W, O, K, s, p, d, g = shape
+    wl = conv_wl(N, C, H, W, O, K, stride=s, pad=p, dil=d, groups=g, layout=layout,
+                 epilogue=("bias", "residual", "relu"))
+    cand = REGISTRY.get("conv2d.onednn")
+    verdict = cand.applies(wl, cpu_target)
+    if not verdict:
+        pytest.skip(f"conv2d.onednn declines: {verdict.reason}")
+    xs = random_inputs(wl, seed=sum(shape))
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    assert_close(out, conv_reference(wl, xs), **conv_tol(wl), what=f"conv2d.onednn {layout} {shape}")
+
+
+def test_conv2d_onednn_asymmetric_padding_and_declines(cpu_target):
+    cand = REGISTRY.get("conv2d.onednn")
+    wl = conv_wl(1, 5, 9, 8, 7, 3, stride=2, pad=(0, 1, 2, 0), epilogue=())
+    xs = random_inputs(wl, seed=9)
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    assert_close(out, conv_reference(wl, xs), **conv_tol(wl))
+    nchwc = wl.with_(attrs=dict(dict(wl.attrs), data_layout="NCHW16c"))
+    assert "layout" in cand.applies(nchwc, cpu_target).reason
+    if torch_ops.unavailable_reason("cuda"):
+        assert "CUDA" in REGISTRY.get("conv2d.cudnn").applies(wl, ext.target.cuda("sm_80")).reason
+
+
+def test_conv2d_onednn_in_a_build(cpu_target):
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Conv:
+        @R.function
+        def main(x: R.Tensor((1, 8, 12, 12), "float32"), w: R.Tensor((16, 8, 3, 3), "float32"),
+                 b: R.Tensor((1, 16, 1, 1), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(R.add(R.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b))
+                R.output(y)
+            return y
+
+    rng = np.random.default_rng(6)
+    x, w, b = (rng.standard_normal(s).astype("float32") for s in [(1, 8, 12, 12), (16, 8, 3, 3), (1, 16, 1, 1)])
+    ex, rep = build_forced(Conv, cpu_target, "conv2d.onednn")
+    assert rep.decisions[0].name == "conv2d.onednn"
+    wl = rep.decisions[0].workload
+    assert_close(run_relax(ex, x, w, b), conv_reference(wl, [x, w, b]), **conv_tol(wl))

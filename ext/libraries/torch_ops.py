@@ -66,9 +66,18 @@ def _matmul(a, b, transpose_b, out):
 
 
 @tvm.register_global_func(CONV2D, override=True)
-def _conv2d(x, w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, out):
-    """``out = conv2d(x, w)`` in NCHW / OIHW with symmetric padding."""
+def _conv2d(x, w, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, dil_h, dil_w, groups, layout, out):
+    """``out = conv2d(x, w)``; ``layout`` "NCHW" (weight OIHW) or "NHWC" (weight OHWI).
+
+    NHWC tensors are handed to PyTorch as channels-last views (no copy); asymmetric
+    padding is applied by ``F.pad`` first (a copy of the input).
+    """
     torch = _torch()[0]
-    y = torch.nn.functional.conv2d(_view(x), _view(w), None, (stride_h, stride_w), (pad_h, pad_w),
-                                   (dil_h, dil_w), groups)
-    _view(out).copy_(y)
+    F = torch.nn.functional
+    xt, wt, ot = _view(x), _view(w), _view(out)
+    if layout == "NHWC":
+        xt, wt, ot = xt.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2), ot.permute(0, 3, 1, 2)
+    pad = (pad_t, pad_l)
+    if (pad_t, pad_l) != (pad_b, pad_r):
+        xt, pad = F.pad(xt, (pad_l, pad_r, pad_t, pad_b)), (0, 0)
+    ot.copy_(F.conv2d(xt, wt, None, (stride_h, stride_w), pad, (dil_h, dil_w), groups))

@@ -15,6 +15,8 @@ name               targets  library    packed function
 matmul.openblas    llvm     openblas   ``ext.lib.openblas.matmul``
 matmul.onednn      llvm     onednn     ``ext.lib.torch.matmul`` (MKL sgemm)
 matmul.cublas      cuda     cublas     ``ext.lib.torch.matmul``
+conv2d.onednn      llvm     onednn     ``ext.lib.torch.conv2d``
+conv2d.cudnn       cuda     cudnn      ``ext.lib.torch.conv2d``
 =================  =======  =========  =================================
 
 Cost of the library path beyond the GEMM itself: the VM -> Python call and
@@ -123,3 +125,49 @@ library_candidate("matmul.onednn", ("llvm",), "onednn", _torch_check("cpu"),
                   _matmul_build(torch_ops.MATMUL, "matmul.onednn"), _matmul_suits)
 library_candidate("matmul.cublas", ("cuda",), "cublas", _torch_check("cuda"),
                   _matmul_build(torch_ops.MATMUL, "matmul.cublas"))
+
+
+# -- conv2d ------------------------------------------------------------------------------------
+
+#: the layouts PyTorch's convolution reads in place (NHWC as a channels-last view)
+CONV_LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "OHWI"))
+
+
+def _conv_check(device):
+    def check(wl: Workload, target) -> str | None:
+        why = torch_ops.unavailable_reason(device)
+        if why:
+            return why
+        if len(set(wl.dtypes[:2])) != 1 or wl.dtypes[0] not in torch_ops.DTYPES or wl.out_dtype != wl.dtypes[0]:
+            return (f"takes {'/'.join(torch_ops.DTYPES)} operands of one dtype, "
+                    f"got {'/'.join(wl.dtypes[:2])} -> {wl.out_dtype}")
+        lay = (wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW"))
+        if lay not in CONV_LAYOUTS:
+            return f"layout {'/'.join(lay)} not handled (needs NCHW/OIHW or NHWC/OHWI)"
+        if any(d == 0 for s in wl.shapes for d in s):
+            return "zero-size dimension"
+        if any(len(s) != 4 for s in wl.shapes[:2]) or wl.attr("out_shape") is None:
+            return "needs 4-D data and weight and an out_shape"
+        return None
+
+    return check
+
+
+def _conv_build(name: str):
+    def build(wl: Workload, cfg, target) -> PackedCall:
+        out = tuple(int(d) for d in wl.attr("out_shape"))
+        (sh, sw), pad = wl.attr("strides", (1, 1)), wl.attr("padding", (0, 0, 0, 0))
+        dh, dw = wl.attr("dilation", (1, 1))
+        statics = (int(sh), int(sw), *(int(p) for p in pad), int(dh), int(dw), int(wl.attr("groups", 1)),
+                   str(wl.attr("data_layout", "NCHW")))
+        return PackedCall(torch_ops.CONV2D, 2, out, wl.out_dtype, statics, epilogue_func(wl, out, 2, name))
+
+    return build
+
+
+def _conv_suits(wl: Workload, target) -> str | None:
+    return "not measured faster than ext's kernels here (scripts/bench_libraries.py); a tuning log may still pick it"
+
+
+library_candidate("conv2d.onednn", ("llvm",), "onednn", _conv_check("cpu"), _conv_build("conv2d.onednn"), _conv_suits)
+library_candidate("conv2d.cudnn", ("cuda",), "cudnn", _conv_check("cuda"), _conv_build("conv2d.cudnn"))
