@@ -87,11 +87,33 @@ def _tile_space(wl, target, nbs=(16, 32, 48, 64, 96), mbs=(1, 2, 4, 6, 8)):
     return out
 
 
+def _pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
+    """Panel width: up to 4 vectors, a panel of B (K x nb) within L2, and
+    little padding waste (48 beats 64 when N = 333: 336 vs 384 columns)."""
+    lanes = info.lanes_f32
+    options = [v * lanes for v in (4, 3, 2, 1) if v * lanes <= nb_max]
+    fits = [nb for nb in options if K * nb * 4 <= info.l2_bytes] or [lanes]
+    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
+    best = fits[0]
+    for nb in fits[1:]:
+        if mm.ceil_to(N, nb) < 0.95 * mm.ceil_to(N, best):
+            best = nb
+    return best
+
+
+def _pick_mb(M: int, nb: int, info) -> int:
+    """Rows per register tile: ``mb * nb/lanes`` accumulators + one B row + a broadcast of A
+    must fit the vector registers (32 zmm with AVX-512, 16 ymm otherwise); at most 4."""
+    vectors = max(1, nb // info.lanes_f32)
+    regs = 32 if info.vector_bits == 512 else 16
+    return max(1, min(4, M, (regs - vectors - 1) // vectors))
+
+
 def _tile_default(wl, target, nb_max: int = 64):
     M, N, K = dims(wl)
-    lanes = _lanes(target)
-    nb = min(nb_max, mm.ceil_to(N, lanes))
-    mb = min(4, M)
+    info = cpu_info(target)
+    nb = _pick_nb(N, K, info, nb_max)
+    mb = _pick_mb(M, nb, info)
     panels = mm.ceil_to(N, nb) // nb
     # too few panels to keep every core busy: split row tiles across threads too
     par = "panels" if panels >= 4 * cpu_info(target).cores else "tiles"

@@ -62,7 +62,13 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
     ci, cj, ck = sch.get_loops(c)[-3:]
     sch.reorder(ck, ci, cj)
     sch.unroll(ci)
-    sch.vectorize(cj)
+    if cfg.nb % lanes == 0 and cfg.nb // lanes not in (1, 2, 4):
+        # 48 or 96 lanes in one vector loop spill: unrolled lanes-wide groups inside the row loop
+        cj0, cj1 = sch.split(cj, [None, lanes])
+        sch.unroll(cj0)
+        sch.vectorize(cj1)
+    else:
+        sch.vectorize(cj)
     _vectorize_store(sch, j1, cfg.nb, lanes)
     if cfg.parallel != "none":
         outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
