@@ -86,3 +86,42 @@ def bind_elementwise(sch: s_tir.Schedule, block, threads: int = 256, vector: int
         bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+
+
+def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:
+    """One thread block per row for a row-wise kernel (softmax, layer_norm, row reductions).
+
+    Every block of the function is indexed by the row first. The last block (the output) gets
+    ``blockIdx.x`` = row and ``threads`` threads striding its other loops; element-wise
+    intermediates are inlined; each reduction block is computed per row with its reduction loop
+    bound to ``threadIdx.x``, which TVM lowers to a warp-shuffle tree (plus a shared-memory
+    stage across warps when ``threads > 32``). Row statistics live in shared memory.
+    """
+    blocks = _all_blocks(sch)
+    out = blocks[-1]
+    for b in blocks[:-1]:
+        if not _is_reduction(sch, b):
+            try:
+                sch.compute_inline(b)
+            except Exception:  # keep blocks that cannot be inlined
+                pass
+    loops = sch.get_loops(out)
+    row = loops[0]
+    rest = sch.fuse(*loops[1:]) if len(loops) > 2 else loops[1]
+    _, tx = sch.split(rest, [None, threads])
+    sch.bind(row, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    for b in reversed([b for b in _all_blocks(sch)[:-1] if _is_reduction(sch, b)]):
+        sch.compute_at(b, row)
+        sch.set_scope(b, 0, "shared")
+        red = sch.get_loops(b)[-1]
+        _, rtx = sch.split(red, [None, threads])
+        sch.bind(rtx, "threadIdx.x")
+
+
+def _all_blocks(sch: s_tir.Schedule) -> list:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def _is_reduction(sch: s_tir.Schedule, block) -> bool:
+    return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
