@@ -265,6 +265,9 @@ def measure_rpc_in_worker(task: dict) -> dict:
         stage = "connect"
         try:
             tracker = rpc.connect_tracker(host, port)
+            servers = [s for s in tracker.summary().get("server_info", []) if s.get("key") == f"server:{key}"]
+            if not servers:  # request() would wait forever for a device that is not there
+                raise _InfraError(f"the tracker lists no server with key {key!r}")
             remote = tracker.request(key, priority=1, session_timeout=task["rpc"].get("session_timeout", 60))
             stage = "upload"
             remote.upload(lib)
