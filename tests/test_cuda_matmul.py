@@ -9,7 +9,7 @@ import ext
 from ext.runner import CompiledCandidate, random_inputs
 from ext.strategies import REGISTRY, choose
 from ext.testing import assert_close, has_nvcc, nvcc_compile, requires_gpu
-from ext.tir_schedules.cuda.launch import check_limits, inspect_kernel
+from ext.tir_schedules.cuda.launch import check_limits, inspect_candidate
 from ext.workload import Workload
 
 ARCHS = ("sm_80", "sm_90")
@@ -42,20 +42,12 @@ MARKERS = {
     "matmul.cuda_small": ["__global__"],
 }
 
-_BUILT: dict = {}
-
-
 def built(name: str, arch: str, wl=None, config=None):
     """(source, kernels) of a candidate, built once per (name, arch, workload, config) per session."""
     wl = wl or REPRESENTATIVE[name]
-    key = (name, arch, wl.key, repr(config))
-    if key not in _BUILT:
-        cand = REGISTRY.get(name)
-        target = ext.target.cuda(arch)
-        assert cand.applies(wl, target), cand.applies(wl, target).reason
-        func = cand.build(wl, config or cand.default_config(wl, target), target)
-        _BUILT[key] = inspect_kernel(func, target)
-    return _BUILT[key]
+    cand, target = REGISTRY.get(name), ext.target.cuda(arch)
+    assert cand.applies(wl, target), cand.applies(wl, target).reason
+    return inspect_candidate(cand, wl, target, config)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -105,3 +105,16 @@ def check_limits(kernels, arch: str) -> list[str]:
         if k.static_shared + k.dynamic_shared > max_dyn:
             problems.append(f"{k.name}: {k.static_shared + k.dynamic_shared} B shared memory (limit {max_dyn})")
     return problems
+
+
+_CACHE: dict = {}
+
+
+def inspect_candidate(cand, wl, target, config=None) -> CompiledSource:
+    """``inspect_kernel`` of a candidate's kernel (default config unless given), cached per
+    (candidate, workload, arch, config) in this process (tests and dry runs reuse builds)."""
+    config = config if config is not None else cand.default_config(wl, target)
+    key = (cand.name, wl.key, str(target.attrs.get("arch", "")), repr(config))
+    if key not in _CACHE:
+        _CACHE[key] = inspect_kernel(cand.build(wl, config, target), target)
+    return _CACHE[key]
