@@ -35,7 +35,7 @@ def _backend(target):
     return backend
 
 
-def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = None, libraries: bool = True,
+def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = None, libraries: bool | str = True,
              history=None, model=None) -> tvm.transform.Pass:
     """The ext pipeline as a Relax module pass.
 
@@ -44,7 +44,9 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
     target : the target (defaults to ``Target.current()`` when the pass runs).
     tuning_log : path of a JSONL tuning log; its best records pick kernels.
     report : a ``SelectionReport`` to fill (a fresh one otherwise; see ``last_report()``).
-    libraries : allow vendor-library candidates.
+    libraries : allow vendor-library candidates (True), turn them off (False), or
+        ``"measure"``: time each applicable library against ext's own pick at build
+        time and keep the faster (cached; see ``ext.libraries.measure``).
     """
 
     def run(mod, _ctx):
@@ -60,7 +62,11 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
             hist, mdl = current_history(tgt, hist, mdl)
         rep = report if report is not None else SelectionReport(describe(tgt))
         _LAST["report"] = rep
-        selector = Selector(tgt, history=hist, model=mdl, libraries=libraries)
+        if libraries == "measure":
+            from .libraries.measure import LibraryTimings
+
+            hist = LibraryTimings(tgt, inner=hist)
+        selector = Selector(tgt, history=hist, model=mdl, libraries=bool(libraries))
         backend = _backend(tgt)
         with tgt:
             seq = tvm.transform.Sequential(
@@ -81,7 +87,7 @@ def _registered_pipeline(**kwargs):
 
 
 def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.PathLike | None = None,
-          libraries: bool = True):
+          libraries: bool | str = True):
     """Compile a Relax module with ext's kernels.
 
     Parameters
@@ -90,7 +96,9 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     target : ``ext.target.cpu()`` (default), ``ext.target.cuda(...)``, a Target or a dict.
     tuning_log : JSONL tuning log whose best records override the heuristics.
     report : path to write the selection report JSON to.
-    libraries : allow vendor-library candidates.
+    libraries : allow vendor-library candidates (True), turn them off (False), or
+        ``"measure"``: time each applicable library against ext's own pick at build
+        time and keep the faster (cached; see ``ext.libraries.measure``).
 
     Returns
     -------

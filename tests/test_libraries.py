@@ -232,3 +232,45 @@ def test_conv2d_onednn_in_a_build(cpu_target):
     assert rep.decisions[0].name == "conv2d.onednn"
     wl = rep.decisions[0].workload
     assert_close(run_relax(ex, x, w, b), conv_reference(wl, [x, w, b]), **conv_tol(wl))
+
+
+# -- libraries="measure" ------------------------------------------------------------------------
+
+def test_measured_selection_times_libraries_and_caches(cpu_target, tmp_path, monkeypatch):
+    from ext.libraries import measure
+
+    monkeypatch.setenv("EXT_LIBRARY_TIMINGS", str(tmp_path / "timings.json"))
+    fake = {"matmul.direct": 3e-6, "matmul.packed": 3e-6, "matmul.openblas": 1e-6, "matmul.onednn": 2e-6}
+    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: fake[n] for n in calls})
+    mod, params = dense(24, 40, 56)
+    ex = ext.build(mod, cpu_target, libraries="measure")
+    (d,) = ext.last_report().decisions
+    assert (d.name, d.source) == ("matmul.openblas", "measured")
+    assert any(a.candidate == "matmul.onednn" and "2.00x the winner" in a.reason for a in d.alternatives)
+    x = np.random.default_rng(7).standard_normal((24, 56)).astype("float32")
+    assert_close(run_relax(ex, x), numpy_reference(x, params), rtol=1e-5, atol=4e-6 * 56)
+    assert "matmul.openblas" in (tmp_path / "timings.json").read_text()
+    # a rebuild reads the cache: nothing is timed again
+    monkeypatch.setattr(measure, "race", lambda *a, **k: pytest.fail("re-measured a cached workload"))
+    ext.build(mod, cpu_target, libraries="measure")
+    assert ext.last_report().decisions[0].name == "matmul.openblas"
+
+
+def test_measured_selection_never_picks_a_wrong_library(cpu_target, tmp_path, monkeypatch):
+    from ext.libraries import measure
+
+    monkeypatch.setenv("EXT_LIBRARY_TIMINGS", "")
+    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: (1e-9 if n == "matmul.openblas" else 1.0) for n in calls})
+
+    @tvm.register_global_func("ext.lib.openblas.matmul", override=True)
+    def wrong(a, b, transpose_b, out):
+        np.from_dlpack(out)[...] = 0.0
+
+    try:
+        timings = measure.LibraryTimings(cpu_target, cache_path="")
+        wl = matmul_wl(16, 32, 48)
+        name, _, _ = timings.best(wl, cpu_target)
+        assert name != "matmul.openblas"
+        assert "differs" in timings.last[wl.key]["matmul.openblas"]
+    finally:
+        tvm.register_global_func("ext.lib.openblas.matmul", blas._matmul, override=True)

@@ -4,7 +4,9 @@ Order, written down once: keep the candidates whose ``applies`` holds (with
 ``libraries=False``, candidates with a ``library`` are left out entirely, so
 the report lists our own kernels only); then
 
-1. ``log``: the best valid tuning record for this workload and target;
+1. ``log``: the best valid tuning record for this workload and target (or
+   ``measured``: ``ext.build(..., libraries="measure")`` timed the libraries
+   against ext's own pick at build time, ``ext.libraries.measure``);
 2. ``model``: a cost model trained on the log ranks (candidate, default config)
    pairs and the configs of the best one's space;
 3. ``plevel``: the highest priority level among candidates that suit the
@@ -39,7 +41,7 @@ class Decision:
     workload: Workload
     candidate: Candidate | None
     config: Any
-    source: str  # "log" | "model" | "plevel" | "only" | "fallback"
+    source: str  # "log" | "measured" | "model" | "plevel" | "only" | "fallback"
     alternatives: list = dataclasses.field(default_factory=list)
     reason: str = ""
     cost: float | None = None
@@ -101,10 +103,17 @@ class Selector:
             rec = self.history.best(wl, self.target)
             if rec is not None and rec[0] in {c.name for c in usable}:
                 cand = self.registry.get(rec[0])
-                lost = [Alternative(c.name, "lost", "tuning log: slower or not better measured")
+                src = getattr(self.history, "source", "log")  # "measured": build-time library timing
+                what = "tuning log" if src == "log" else "measured at build time"
+                costs = self.history.costs(wl) if hasattr(self.history, "costs") else {}
+                lost = [Alternative(c.name, "lost", f"{what}: {costs[c.name] * 1e3:.3f} ms, "
+                                    f"{costs[c.name] / rec[2]:.2f}x the winner", costs[c.name])
+                        if isinstance(costs.get(c.name), float) and rec[2] > 0 else
+                        Alternative(c.name, "lost", f"{what}: slower or not better measured")
                         for c in usable if c is not cand]
-                return Decision(wl, cand, cand.config_from_dict(rec[1]), "log", alts + lost,
-                                f"best tuning record ({rec[2] * 1e3:.3f} ms)", rec[2])
+                return Decision(wl, cand, cand.config_from_dict(rec[1]), src, alts + lost,
+                                f"{'best tuning record' if src == 'log' else 'fastest measured'} "
+                                f"({rec[2] * 1e3:.3f} ms)", rec[2])
         if self.model is not None and len(usable) > 0:
             picked = self._by_model(wl, usable, alts)
             if picked is not None:

@@ -1,0 +1,175 @@
+"""Build-time measurement: a library candidate against ext's own pick, timed once and cached.
+
+``ext.build(mod, target, libraries="measure")`` puts a :class:`LibraryTimings`
+in front of the selector. For every workload where a vendor-library candidate
+applies, it compiles ext's own choice (what ``libraries=False`` would pick)
+and each applicable library candidate with ``CompiledCandidate``, checks each
+library's output against ours (a wrong or crashing library is never chosen),
+times them in alternating rounds (rotating the order, so a library's spinning
+thread pool does not always slow the same contender) and returns the fastest
+as a history record (decision source ``"measured"``). Records are cached in
+memory and in a JSON file keyed by workload, target, candidate versions and
+TVM version, so a rebuild costs nothing. A tuning log, when given, is asked
+first.
+
+Cost: one extra compile of ext's kernel and of each library's epilogue, plus
+``rounds x (contenders) x min_seconds`` of timing (about 0.3 s) per workload.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+
+import numpy as np
+import tvm
+
+#: default cache file (override with the EXT_LIBRARY_TIMINGS environment variable)
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "ext", "library_timings.json")
+
+
+def _burst(fn, min_seconds: float, max_iters: int = 2000) -> float:
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min_seconds or n >= max_iters:
+            return elapsed / n
+
+
+def race(calls: dict, rounds: int = 5, min_seconds: float = 0.02) -> dict:
+    """Median seconds per call of each contender, in ``rounds`` rotated-order rounds."""
+    names = list(calls)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            times[n].append(_burst(calls[n], min_seconds))
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+class LibraryTimings:
+    """A selector history that measures library candidates against ours at build time.
+
+    Parameters
+    ----------
+    target : the target being compiled for.
+    inner : a tuning-log history asked first (or None).
+    cache_path : JSON cache file; ``EXT_LIBRARY_TIMINGS`` or ``~/.cache/ext/library_timings.json``
+        when None, no file when ``""``.
+    rounds, min_seconds : timing budget per contender.
+    """
+
+    source = "measured"
+    _lock = threading.Lock()
+
+    def __init__(self, target, inner=None, cache_path: str | None = None, rounds: int = 5,
+                 min_seconds: float = 0.02):
+        self.target, self.inner, self.rounds, self.min_seconds = target, inner, rounds, min_seconds
+        self.path = os.environ.get("EXT_LIBRARY_TIMINGS", DEFAULT_CACHE) if cache_path is None else cache_path
+        self.memo: dict = {}
+        self.last: dict = {}  # workload key -> {candidate: seconds or error string}
+
+    # -- the History protocol --------------------------------------------------------------------
+    def best(self, wl, target):
+        if self.inner is not None:
+            rec = self.inner.best(wl, target)
+            if rec is not None:
+                return rec
+        from ..strategies.registry import REGISTRY
+
+        libs = [c for c in REGISTRY.for_op(wl.op) if c.library and c.applies(wl, target)]
+        if not libs:
+            return None
+        key = self._key(wl, target, libs)
+        if key not in self.memo:
+            self.memo[key] = self._load(key) or self._measure(wl, target, libs, key)
+        rec = self.memo[key]
+        return None if rec is None else (rec["candidate"], rec["config"], rec["seconds"])
+
+    def costs(self, wl) -> dict:
+        """Measured seconds per candidate of the last measurement of ``wl`` (for the report)."""
+        for key, rec in self.memo.items():
+            if rec is not None and key.startswith(wl.key + "|"):
+                return {k: v for k, v in rec.get("times", {}).items() if isinstance(v, float)}
+        return {}
+
+    # -- measurement -------------------------------------------------------------------------------
+    def _measure(self, wl, target, libs, key):
+        from ..runner import CompiledCandidate, random_inputs
+        from ..strategies.registry import config_to_dict
+        from ..strategies.select import Selector
+
+        ours = Selector(target, libraries=False).choose(wl)
+        if ours.candidate is None:
+            return None  # only libraries apply: plain selection handles that
+        inputs = random_inputs(wl, seed=0)
+        contenders = {ours.name: (ours.candidate, ours.config)}
+        contenders.update({c.name: (c, c.default_config(wl, target)) for c in libs})
+        calls, results, ref = {}, {}, None
+        for name, (cand, cfg) in contenders.items():
+            try:
+                cc = CompiledCandidate(cand, wl, cfg, target)
+                out = cc.run(inputs)
+                if ref is None:
+                    ref = out
+                elif not np.allclose(out, ref, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(ref).max()))):
+                    raise ValueError("output differs from ext's kernel")
+                calls[name] = self._call(cc, inputs)
+            except Exception as err:  # a failing or wrong candidate is never chosen
+                if name == ours.name:
+                    return None
+                results[name] = f"failed: {type(err).__name__}: {err}"
+        if len(calls) < 2:
+            return None
+        times = race(calls, self.rounds, self.min_seconds)
+        results.update(times)
+        self.last[wl.key] = results
+        winner = min(times, key=times.get)
+        cand, cfg = contenders[winner]
+        rec = {"candidate": winner, "config": config_to_dict(cfg), "seconds": times[winner],
+               "times": {k: v for k, v in results.items()}}
+        self._save(key, rec)
+        return rec
+
+    @staticmethod
+    def _call(cc, inputs):
+        args = cc.prepare(inputs)
+        out = tvm.runtime.empty(tuple(int(d) for d in cc.wl.attr("out_shape")), cc.wl.out_dtype, cc.dev)
+        fn = cc.kernel["kernel"]
+        return lambda: fn(*args, out)
+
+    # -- cache -------------------------------------------------------------------------------------
+    def _key(self, wl, target, libs) -> str:
+        from ..target import describe
+
+        versions = ",".join(f"{c.name}@{c.version}" for c in libs)
+        return f"{wl.key}|{describe(target)}|{versions}|tvm {tvm.__version__}"
+
+    def _read(self) -> dict:
+        if not self.path or not os.path.exists(self.path):
+            return {}
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}  # a damaged cache only costs a re-measurement
+
+    def _load(self, key):
+        rec = self._read().get(key)
+        return rec if isinstance(rec, dict) and "candidate" in rec else None
+
+    def _save(self, key, rec) -> None:
+        if not self.path:
+            return
+        with self._lock:
+            data = self._read()
+            data[key] = rec
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, self.path)
