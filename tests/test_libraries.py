@@ -9,6 +9,10 @@ import sys
 import numpy as np
 import pytest
 import tvm
+from conv2d_helpers import conv_tol, conv_wl
+from conv2d_helpers import reference as conv_reference
+from test_conv2d import SHAPES as CONV_SHAPES
+from test_conv2d import _id as conv_id
 from test_matmul import SHAPES, matmul_wl, reference, tol
 from tvm import relax
 
@@ -70,6 +74,22 @@ def test_library_epilogues_and_batches(cpu_target, name, epilogue):
 
         ref = 0.5 * ref * (1 + erf(ref / np.sqrt(2)))
     assert_close(out, ref, rtol=1e-5, atol=1e-5, what=f"{name} {epilogue}")
+
+
+@pytest.mark.parametrize("name", CPU_LIBS + ["conv2d.onednn"])
+def test_every_space_point_is_correct(cpu_target, name):
+    """Each thread-count knob value (the tuner and libraries="measure" may pick any)."""
+    cand = REGISTRY.get(name)
+    if name.startswith("conv2d"):
+        wl = conv_wl(1, 5, 9, 9, 6, 3, epilogue=("bias", "relu"))
+        ref_fn, tol_ = conv_reference, conv_tol(wl)
+    else:
+        wl = matmul_wl(11, 45, 29, epilogue=("bias", "sigmoid"))
+        ref_fn, tol_ = reference, dict(rtol=1e-5, atol=1e-5)
+    xs = random_inputs(wl, seed=3)
+    for cfg in cand.space(wl, cpu_target):
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, ref_fn(wl, xs), **tol_, what=f"{name} {cfg}")
 
 
 @pytest.mark.parametrize("name", CPU_LIBS)
@@ -179,11 +199,6 @@ def test_export_refuses_naming_the_candidate_then_works_in_a_process_with_ext(cp
 
 # -- conv2d -------------------------------------------------------------------------------------
 
-from conv2d_helpers import conv_tol, conv_wl  # noqa: E402
-from conv2d_helpers import reference as conv_reference  # noqa: E402
-from test_conv2d import SHAPES as CONV_SHAPES  # noqa: E402
-from test_conv2d import _id as conv_id  # noqa: E402
-
 
 @pytest.mark.parametrize("shape", CONV_SHAPES, ids=conv_id)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -240,12 +255,15 @@ def test_measured_selection_times_libraries_and_caches(cpu_target, tmp_path, mon
     from ext.libraries import measure
 
     monkeypatch.setenv("EXT_LIBRARY_TIMINGS", str(tmp_path / "timings.json"))
-    fake = {"matmul.direct": 3e-6, "matmul.packed": 3e-6, "matmul.openblas": 1e-6, "matmul.onednn": 2e-6}
-    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: fake[n] for n in calls})
+    fake = {"matmul.direct": 3e-6, "matmul.packed": 3e-6, "matmul.openblas@threads=1": 1e-6,
+            "matmul.openblas@threads=2": 1.5e-6, "matmul.onednn@threads=1": 2e-6, "matmul.onednn@threads=2": 4e-6}
+    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: fake.get(n, 5e-6) for n in calls})
     mod, params = dense(24, 40, 56)
     ex = ext.build(mod, cpu_target, libraries="measure")
     (d,) = ext.last_report().decisions
     assert (d.name, d.source) == ("matmul.openblas", "measured")
+    if cpu_target.attrs["num-cores"] == 2:
+        assert d.config.threads == 1
     assert any(a.candidate == "matmul.onednn" and "2.00x the winner" in a.reason for a in d.alternatives)
     x = np.random.default_rng(7).standard_normal((24, 56)).astype("float32")
     assert_close(run_relax(ex, x), numpy_reference(x, params), rtol=1e-5, atol=4e-6 * 56)
@@ -260,10 +278,11 @@ def test_measured_selection_never_picks_a_wrong_library(cpu_target, tmp_path, mo
     from ext.libraries import measure
 
     monkeypatch.setenv("EXT_LIBRARY_TIMINGS", "")
-    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: (1e-9 if n == "matmul.openblas" else 1.0) for n in calls})
+    monkeypatch.setattr(measure, "race",
+                        lambda calls, *a, **k: {n: (1e-9 if n.startswith("matmul.openblas") else 1.0) for n in calls})
 
     @tvm.register_global_func("ext.lib.openblas.matmul", override=True)
-    def wrong(a, b, transpose_b, out):
+    def wrong(a, b, transpose_b, threads, out):
         np.from_dlpack(out)[...] = 0.0
 
     try:
@@ -271,6 +290,6 @@ def test_measured_selection_never_picks_a_wrong_library(cpu_target, tmp_path, mo
         wl = matmul_wl(16, 32, 48)
         name, _, _ = timings.best(wl, cpu_target)
         assert name != "matmul.openblas"
-        assert "differs" in timings.last[wl.key]["matmul.openblas"]
+        assert all("differs" in v for k, v in timings.last[wl.key].items() if k.startswith("matmul.openblas"))
     finally:
         tvm.register_global_func("ext.lib.openblas.matmul", blas._matmul, override=True)

@@ -3,7 +3,8 @@
 ``ext.build(mod, target, libraries="measure")`` puts a :class:`LibraryTimings`
 in front of the selector. For every workload where a vendor-library candidate
 applies, it compiles ext's own choice (what ``libraries=False`` would pick)
-and each applicable library candidate with ``CompiledCandidate``, checks each
+and each applicable library candidate at every point of its small space (its
+thread counts) with ``CompiledCandidate``, checks each
 library's output against ours (a wrong or crashing library is never chosen),
 times them in alternating rounds (rotating the order, so a library's spinning
 thread pool does not always slow the same contender) and returns the fastest
@@ -39,6 +40,15 @@ def _burst(fn, min_seconds: float, max_iters: int = 2000) -> float:
         elapsed = time.perf_counter() - t0
         if elapsed >= min_seconds or n >= max_iters:
             return elapsed / n
+
+
+def _suffix(cfg, space) -> str:
+    """``@threads=1`` etc. when a library has several configs, so each is timed apart."""
+    if len(space) < 2:
+        return ""
+    from ..strategies.registry import config_to_dict
+
+    return "@" + ",".join(f"{k}={v}" for k, v in config_to_dict(cfg).items())
 
 
 def race(calls: dict, rounds: int = 5, min_seconds: float = 0.02) -> dict:
@@ -91,11 +101,15 @@ class LibraryTimings:
         return None if rec is None else (rec["candidate"], rec["config"], rec["seconds"])
 
     def costs(self, wl) -> dict:
-        """Measured seconds per candidate of the last measurement of ``wl`` (for the report)."""
+        """Best measured seconds per candidate (over its configs) for ``wl`` (for the report)."""
+        out = {}
         for key, rec in self.memo.items():
             if rec is not None and key.startswith(wl.key + "|"):
-                return {k: v for k, v in rec.get("times", {}).items() if isinstance(v, float)}
-        return {}
+                for k, v in rec.get("times", {}).items():
+                    if isinstance(v, float):
+                        name = k.split("@", 1)[0]
+                        out[name] = min(v, out.get(name, v))
+        return out
 
     # -- measurement -------------------------------------------------------------------------------
     def _measure(self, wl, target, libs, key):
@@ -108,7 +122,9 @@ class LibraryTimings:
             return None  # only libraries apply: plain selection handles that
         inputs = random_inputs(wl, seed=0)
         contenders = {ours.name: (ours.candidate, ours.config)}
-        contenders.update({c.name: (c, c.default_config(wl, target)) for c in libs})
+        for c in libs:  # every point of a library's (small) space: its thread counts
+            for cfg in c.space(wl, target):
+                contenders[c.name + _suffix(cfg, c.space(wl, target))] = (c, cfg)
         calls, results, ref = {}, {}, None
         for name, (cand, cfg) in contenders.items():
             try:
@@ -130,7 +146,7 @@ class LibraryTimings:
         self.last[wl.key] = results
         winner = min(times, key=times.get)
         cand, cfg = contenders[winner]
-        rec = {"candidate": winner, "config": config_to_dict(cfg), "seconds": times[winner],
+        rec = {"candidate": cand.name, "config": config_to_dict(cfg), "seconds": times[winner],
                "times": {k: v for k, v in results.items()}}
         self._save(key, rec)
         return rec

@@ -39,7 +39,16 @@ from .registry import PLEVEL, Candidate, PackedCall, register
 
 @dataclasses.dataclass(frozen=True)
 class LibraryConfig:
-    """No knobs: the library chooses its own blocking and threading."""
+    """The library chooses its own blocking; ``threads`` caps its thread count per call
+    (0: the library's own setting, normally every core)."""
+
+    threads: int = 0
+
+
+#: below this many flops a library runs on one thread by default: its thread team's
+#: barriers cost more than they save (PyTorch's OpenMP team: ~30 ms per call on a loaded
+#: 2-core machine, see ext/libraries/torch_ops.py)
+SINGLE_THREAD_FLOPS = 2 ** 27
 
 
 def _i64(v):
@@ -59,12 +68,20 @@ def epilogue_func(wl: Workload, anchor_shape, num_inputs: int, name: str):
     return func.with_attr("ext.kernel", name + ".epilogue")
 
 
+def _cores(target) -> int:
+    return int(target.attrs.get("num-cores", 1)) if target.kind.name == "llvm" else 0
+
+
 def _space(wl, target):
-    return [LibraryConfig()]
+    cores = _cores(target)
+    return [LibraryConfig(1), LibraryConfig(cores)] if cores > 1 else [LibraryConfig(0)]
 
 
 def _default(wl, target):
-    return LibraryConfig()
+    cores = _cores(target)
+    if cores <= 1:
+        return LibraryConfig(0)
+    return LibraryConfig(1 if wl.flops < SINGLE_THREAD_FLOPS else cores)
 
 
 def library_candidate(name: str, targets: tuple, library: str, check, build, suits=None) -> Candidate:
@@ -96,7 +113,7 @@ def _matmul_check(wl: Workload, dtypes=blas.DTYPES) -> str | None:
 def _matmul_build(func_name: str, name: str):
     def build(wl: Workload, cfg, target) -> PackedCall:
         out = tuple(int(d) for d in wl.attr("out_shape"))
-        return PackedCall(func_name, 2, out, wl.out_dtype, (int(bool(wl.attr("transpose_b"))),),
+        return PackedCall(func_name, 2, out, wl.out_dtype, (int(bool(wl.attr("transpose_b"))), cfg.threads),
                           epilogue_func(wl, out, 2, name))
 
     return build
@@ -159,7 +176,7 @@ def _conv_build(name: str):
         (sh, sw), pad = wl.attr("strides", (1, 1)), wl.attr("padding", (0, 0, 0, 0))
         dh, dw = wl.attr("dilation", (1, 1))
         statics = (int(sh), int(sw), *(int(p) for p in pad), int(dh), int(dw), int(wl.attr("groups", 1)),
-                   str(wl.attr("data_layout", "NCHW")))
+                   str(wl.attr("data_layout", "NCHW")), cfg.threads)
         return PackedCall(torch_ops.CONV2D, 2, out, wl.out_dtype, statics, epilogue_func(wl, out, 2, name))
 
     return build
