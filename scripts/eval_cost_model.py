@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""How good is the cost model on GEMM shapes it has never seen?
+
+1. Tune a few training shapes (``--train``) into ``--train-log``.
+2. Measure the whole space of each held-out shape (``--heldout``) into a
+   separate ``--heldout-log`` (the model never sees it).
+3. Train the model on the training log only, let the Selector pick
+   (candidate, config) for each held-out shape (source ``model``), and compare
+   the measured time of that pick with the best measured point of the shape
+   (and with the untuned ``plevel`` pick).
+
+    python scripts/eval_cost_model.py                 # default shapes, ~5 minutes
+    python scripts/eval_cost_model.py --train-trials 20 --heldout 300x500x700
+
+Both logs resume: a rerun only measures what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import ext  # noqa: E402
+
+from ext.strategies.registry import config_to_dict  # noqa: E402
+from ext.strategies.select import Selector  # noqa: E402
+from ext.tuning import CostModel, TuningLog  # noqa: E402
+from ext.tuning.log import point_key  # noqa: E402
+from ext.workload import Workload  # noqa: E402
+
+TRAIN = ["256x256x256", "512x512x512", "128x768x768", "384x1024x256", "1024x256x512", "64x512x1024"]
+HELDOUT = ["320x640x448", "768x384x384", "192x1024x512", "96x256x768"]
+
+
+def gemm(shape: str) -> Workload:
+    try:
+        M, N, K = (int(v) for v in shape.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"bad shape {shape!r}: expected MxNxK") from None
+    return Workload("matmul", [(M, K), (K, N), (N,)], ["float32"] * 3, "float32",
+                    attrs={"transpose_b": False, "b_const": True, "out_shape": (M, N)}, epilogue=("bias", "relu"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--train", nargs="+", default=TRAIN, help="training GEMM shapes MxNxK")
+    p.add_argument("--heldout", nargs="+", default=HELDOUT, help="held-out GEMM shapes MxNxK")
+    p.add_argument("--train-trials", type=int, default=30, help="trials per training shape")
+    p.add_argument("--train-log", default="costmodel_train.jsonl")
+    p.add_argument("--heldout-log", default="costmodel_heldout.jsonl")
+    args = p.parse_args(argv)
+    target = ext.target.cpu()
+    train, held = [gemm(s) for s in args.train], [gemm(s) for s in args.heldout]
+    if {w.key for w in train} & {w.key for w in held}:
+        raise SystemExit("a held-out shape is also a training shape")
+    print(f"tuning {len(train)} training shapes, {args.train_trials} trials each -> {args.train_log}", flush=True)
+    ext.tune(train, target, log=args.train_log, trials=args.train_trials)
+    print(f"measuring the whole space of {len(held)} held-out shapes -> {args.heldout_log}", flush=True)
+    ext.tune(held, target, log=args.heldout_log)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train_recs, _ = TuningLog(args.train_log).split(target)
+        held_recs, _ = TuningLog(args.heldout_log).split(target)
+    model = CostModel().fit(train_recs, target)
+    print(f"model trained on {model.n_train} ok records of {len({r.workload for r in train_recs})} shapes")
+    times = {r.key: r.seconds for r in held_recs if r.status == "ok"}
+    rows, ratios, plevel_ratios = [], [], []
+    for wl in held:
+        best = min((s for k, s in times.items() if k[0] == wl.key), default=None)
+        picks = {}
+        for name, sel in (("model", Selector(target, model=model)), ("plevel", Selector(target))):
+            d = sel.choose(wl)
+            picks[name] = (d, times.get(point_key(wl.key, d.name, config_to_dict(d.config))))
+        (dm, tm), (dp, tp) = picks["model"], picks["plevel"]
+        if best is None or tm is None:
+            print(f"{wl.key}: pick not measured (model {dm.name} {config_to_dict(dm.config)})")
+            continue
+        ratios.append(tm / best)
+        if tp:
+            plevel_ratios.append(tp / best)
+        rows.append((f"{wl.shapes[0][0]}x{wl.shapes[1][1]}x{wl.shapes[0][1]}", dm.source, dm.name,
+                     ",".join(f"{k}={v}" for k, v in config_to_dict(dm.config).items()), f"{best * 1e3:.3f}",
+                     f"{tm * 1e3:.3f}", f"{tm / best:.3f}", f"{tp / best:.3f}" if tp else "-"))
+    head = ("shape", "source", "model pick", "config", "best ms", "pick ms", "pick/best", "plevel/best")
+    w = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(c.ljust(x) for c, x in zip(r, w)))
+    if ratios:
+        print(f"mean model pick / best measured: {statistics.mean(ratios):.3f} over {len(ratios)} held-out shapes"
+              + (f" (untuned plevel pick: {statistics.mean(plevel_ratios):.3f})" if plevel_ratios else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
