@@ -6,7 +6,9 @@ Stages (a flat, named sequence)::
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
     LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report
     FoldConstant       weight packing of constants happens here, at compile time
+    LowerElementwiseMath  (CPU) exp/sigmoid/tanh/gelu/silu as vectorizable polynomials
     stock legalize     LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
+    UseInplaceCalls    (CPU) fused element-wise kernels write over an input that dies there
     FallbackSchedule   ext's CPU fallback / dlight on CUDA for unscheduled kernels
     stock lowering     dataflow lowering and VM finalization
 
@@ -20,6 +22,8 @@ import tvm
 from tvm import relax
 
 from . import relax_passes as rp
+from .relax_passes.elemwise_math import LowerElementwiseMath
+from .relax_passes.inplace import UseInplaceCalls
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
 from .target import describe, normalize
@@ -68,11 +72,14 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
             hist = LibraryTimings(tgt, inner=hist)
         selector = Selector(tgt, history=hist, model=mdl, libraries=bool(libraries))
         backend = _backend(tgt)
+        cpu_target = tgt.kind.name == "llvm"
         with tgt:
             seq = tvm.transform.Sequential(
                 [rp.Canonicalize(), rp.FuseEpilogues(), rp.LowerToCandidates(selector, rep),
                  relax.transform.FoldConstant()]
+                + ([LowerElementwiseMath()] if cpu_target else [])
                 + backend.legalize_passes(tgt)
+                + ([UseInplaceCalls()] if cpu_target else [])
                 + [rp.FallbackSchedule(tgt)]
                 + backend.dataflow_lower_passes(tgt)
                 + backend.finalize_passes(tgt), name="ext.pipeline")

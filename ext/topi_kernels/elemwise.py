@@ -25,10 +25,9 @@ against float64 is within 2 ulp on [-87, 88]; NaN inputs are not propagated
 ``sigmoid(x) = 1 / (1 + exp(-x))``, ``erf`` by Abramowitz-Stegun 7.1.26
 (absolute error <= 1.5e-7) and ``gelu(x) = x/2 * (1 + erf(x / sqrt 2))``.
 
-``ACTIVATIONS`` maps the activation names of ``ext.workload`` to these.
-``rewrite_math(func)`` replaces stock ``exp``/``tanh``/``erf``/``sigmoid``
-calls in a PrimFunc by these expansions (float32 only), used by the CPU
-fallback schedule.
+``ACTIVATIONS`` maps the activation names of ``ext.workload`` to these;
+``UNARY`` maps Relax op names to them (``relax_passes.elemwise_math`` lowers
+those ops with these computes, so FuseOps fuses them into element-wise chains).
 """
 from __future__ import annotations
 
@@ -139,18 +138,18 @@ ACTIVATIONS = {
     "gelu_tanh": gelu_tanh,
 }
 
-_REWRITES = {"tirx.exp": exp, "tirx.tanh": tanh, "tirx.erf": erf, "tirx.sigmoid": sigmoid}
+
+UNARY = {
+    "relax.exp": exp,
+    "relax.sigmoid": sigmoid,
+    "relax.tanh": tanh,
+    "relax.nn.silu": ACTIVATIONS["silu"],
+    "relax.nn.gelu": gelu,
+    "relax.nn.gelu_tanh": gelu_tanh,
+}
 
 
-def rewrite_math(func):
-    """``func`` with float32 ``exp``/``tanh``/``erf``/``sigmoid`` calls expanded (see module doc)."""
-    from tvm.tirx import stmt_functor
-
-    def post(node):
-        if isinstance(node, tirx.Call) and hasattr(node.op, "name") and node.op.name in _REWRITES \
-                and len(node.args) == 1 and str(node.dtype) == "float32":
-            return _REWRITES[node.op.name](node.args[0])
-        return None
-
-    body = stmt_functor.ir_transform(func.body, None, post, ["tirx.Call"])
-    return func.with_body(body)
+def unary_compute(op_name: str, x: te.Tensor) -> te.Tensor:
+    """Element-wise ``op_name`` over ``x`` (float32) with the vectorizable expansions above."""
+    f = UNARY[op_name]
+    return te.compute(x.shape, lambda *i: f(x[i]), name="T_" + op_name.rsplit(".", 1)[1])

@@ -4,7 +4,9 @@ Stock TVM leaves CPU loops serial and scalar. For each block (after inlining
 injective producers into their consumers):
 
 * spatial-only blocks: fuse the loop nest; split off ``lanes`` innermost
-  elements to vectorize when the innermost loop is contiguous and divisible;
+  elements to vectorize when the innermost loop is contiguous and divisible
+  (or the nest is 1-D: predicated tail); rows longer than a vector but not a
+  multiple of it are vectorized row by row with a predicated tail;
   parallelize the outer part when there is enough work;
 * reductions (``S..S R..R``): parallelize the fused spatial loops; when the
   innermost reduction is over a contiguous axis, leave it serial (LLVM
@@ -41,10 +43,18 @@ def _spatial(sch, loops, doms, lanes) -> None:
     work = 1
     for d in doms:
         work = work * d if isinstance(d, int) else work * 1024
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     inner_dom = doms[-1]
-    if isinstance(inner_dom, int) and inner_dom % lanes == 0 and isinstance(work, int) and work >= lanes:
-        outer, vec = sch.split(fused, [None, lanes])
+    if isinstance(inner_dom, int) and inner_dom % lanes and inner_dom > lanes and len(loops) > 1:
+        # ragged rows: vectorize each row with a predicated tail, parallelize the rows
+        _, vec = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(vec)
+        if work >= MIN_PARALLEL_WORK:
+            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+        return
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    if isinstance(inner_dom, int) and isinstance(work, int) and work >= lanes and (
+            inner_dom % lanes == 0 or len(loops) == 1):
+        outer, vec = sch.split(fused, [None, lanes])  # 1-D: predicated tail
         sch.vectorize(vec)
         fused = outer
     if work >= MIN_PARALLEL_WORK:

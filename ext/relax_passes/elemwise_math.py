@@ -1,0 +1,50 @@
+"""Lower float32 ``exp``/``sigmoid``/``tanh``/``silu``/``gelu``/``gelu_tanh`` calls to
+element-wise kernels built from ``topi_kernels.elemwise`` before stock legalization.
+
+Stock legalization turns these into ``T.exp``/``T.erf``/``T.tanh``, which the
+LLVM backend lowers to one scalar libm call per element; the expansions here
+are straight-line multiply-adds that vectorize. The kernels are plain
+element-wise PrimFuncs, so ``FuseOps`` still fuses them with their neighbours
+and the CPU fallback schedule vectorizes and parallelizes the fused chain.
+Other dtypes and ops are left to stock legalization. CPU only (the pipeline
+runs it for LLVM targets).
+"""
+from __future__ import annotations
+
+import functools
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..topi_kernels.elemwise import UNARY, unary_compute
+
+
+@mutator
+class _Lower(PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod_ = mod
+
+    def visit_call_(self, call):
+        call = self.visit_expr_post_order(call)
+        op = getattr(call.op, "name", None)
+        if op not in UNARY or len(call.args) != 1:
+            return call
+        ty = call.args[0].ty
+        if not isinstance(ty, relax.TensorType) or str(ty.dtype) != "float32" or ty.shape is None:
+            return call
+        name = "ext_" + op.rsplit(".", 1)[1]
+        return self.builder_.call_te(functools.partial(unary_compute, op), call.args[0], primfunc_name_hint=name)
+
+    def run(self):
+        for gv, func in self.mod_.functions_items():
+            if isinstance(func, relax.Function):
+                self.builder_.update_func(gv, self.visit_expr(func))
+        return self.builder_.get()
+
+
+def LowerElementwiseMath() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
+    """Module pass: vectorizable float32 transcendental element-wise ops (see module doc)."""
+    return tvm.transform.module_pass(lambda mod, _ctx: _Lower(mod).run(), opt_level=0,
+                                     name="ext.LowerElementwiseMath")

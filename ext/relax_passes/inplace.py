@@ -1,0 +1,243 @@
+"""Rewrite fused element-wise ``call_tir`` kernels to ``call_tir_inplace`` when an
+input of the output's shape and dtype dies at that call: the kernel then writes
+its result over that input and the memory planner has one buffer fewer to keep.
+
+Why not stock ``relax.transform.DataflowUseInplaceCalls``: it works on single
+Relax operators before legalization (``R.add`` -> ``call_tir_inplace(add_inplace)``)
+and knows a fixed list of ops (no ``sigmoid``/``gelu``/``silu``); the in-place
+calls it emits are no longer fused by ``FuseOps``, so a chain of k element-wise
+ops becomes k passes over memory instead of one. This pass runs after
+``FuseOps``/``FuseTIR`` on the fused kernels instead.
+
+A call ``y = call_tir(f, (..., x, ...))`` is rewritten, overwriting ``x``, when
+
+* ``x`` is a dataflow variable used exactly once in the function (here), bound
+  in the same block to a ``call_tir`` that is not a reshape (a reshape is a
+  view of its input at run time) or to an in-place call this pass made: so
+  no other live tensor shares ``x``'s storage;
+* ``x`` has ``y``'s dtype and number of elements (a reshape fused into the
+  kernel is fine: both are dense row-major buffers);
+* ``f`` is unscheduled and, once its injective blocks are inlined, is one
+  spatial block writing one element of ``y`` per iteration and reading ``x``
+  only at the same memory offset (proved on the block's read/write regions),
+  so every element is read before it is overwritten, by the same iteration.
+
+The in-place PrimFunc drops the output parameter and declares the output
+buffer over ``x``'s data (rebuilt through TVMScript: TVM 0.27 has no
+Python-side TIR mutator; any failure leaves the call as it was).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import tvm
+from tvm import relax, s_tir, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.sym import Analyzer  # tvm.arith in older TVM
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
+
+
+def _inline_all(func) -> tuple | None:
+    """(schedule, output block) with every other block inlined, or None."""
+    sch = s_tir.Schedule(func)
+    root = sch.get_sblock("root") if _has_root(sch) else None
+    blocks = sch.get_child_blocks(root) if root is not None else []
+    out_buf = func.params[-1]  # TVM 0.27: a parameter is its buffer; regions point at it as .source
+    outs = [b for b in blocks if any(w.source.same_as(out_buf) for w in sch.get(b).writes)]
+    if len(outs) != 1:
+        return None
+    for b in blocks:
+        if not b.same_as(outs[0]):
+            try:
+                sch.compute_inline(b)
+            except Exception:
+                return None
+    return sch, outs[0]
+
+
+def _has_root(sch) -> bool:
+    try:
+        sch.get_sblock("root")
+        return True
+    except Exception:
+        return False
+
+
+def _point(region) -> list | None:
+    """The element a region names, or None when it spans more than one element."""
+    if any(int(getattr(r.extent, "value", -1)) != 1 for r in region.region):
+        return None
+    return [r.min for r in region.region]
+
+
+def _flat(index, shape):
+    """Row-major offset of ``index`` in a buffer of ``shape``."""
+    off = tirx.IntImm("int64", 0)
+    for i, n in zip(index, shape):
+        off = off * n + i
+    return off
+
+
+def _same_element(a, b, analyzer) -> bool:
+    """Regions ``a`` and ``b`` name the same single element in memory (equal row-major offsets:
+    both buffers are dense and of equal size, so a fused reshape aliases correctly too)."""
+    pa, pb = _point(a), _point(b)
+    if pa is None or pb is None:
+        return False
+    fa, fb = _flat(pa, a.source.ty.shape), _flat(pb, b.source.ty.shape)
+    diff = analyzer.simplify(fa - fb)
+    return isinstance(diff, tirx.IntImm) and int(diff) == 0
+
+
+def inplace_kernel(func, index: int):
+    """``func`` (inputs..., output) rewritten to write its output over input ``index``, or None."""
+    if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+        return None
+    found = _inline_all(func)
+    if found is None:
+        return None
+    sch, blk = found
+    block = sch.get(blk)
+    out_buf, x_buf = func.params[-1], func.params[index]
+    ivars = list(block.iter_vars)
+    if any(int(v.iter_type) != 0 for v in ivars) or len(block.writes) != 1:
+        return None
+    if str(x_buf.ty.dtype) != str(out_buf.ty.dtype):
+        return None
+    size = lambda buf: math.prod(int(d) for d in buf.ty.shape)  # noqa: E731
+    if size(x_buf) != size(out_buf):
+        return None
+    analyzer = Analyzer()
+    for v in ivars:
+        analyzer.bind(v.var, v.dom)
+    x_reads = [r for r in block.reads if r.source.same_as(x_buf)]
+    if not x_reads or not all(_same_element(r, block.writes[0], analyzer) for r in x_reads):
+        return None
+    return _alias_output(sch.mod["main"], index)
+
+
+def _alias_output(func, index: int):
+    """Drop the output parameter and declare its buffer over input ``index``'s data (via TVMScript)."""
+    out, x = func.params[-1], func.params[index]
+    out_name, x_name = str(out.name), str(x.name)
+    text = func.without_attr("global_symbol").script()
+    sig = re.search(r"def main\((.*)\):\n", text)
+    if sig is None or out_name == x_name:
+        return None
+    params = [p.strip() for p in re.split(r",\s*(?=\w+: T\.Buffer)", sig.group(1))]
+    if len(params) != len(func.params) or not params[-1].startswith(out_name + ": T.Buffer("):
+        return None
+    buf_args = params[-1].split(": T.Buffer(", 1)[1][:-1]  # "(shape), dtype"
+    decl = f"    {out_name} = T.decl_buffer({buf_args}, data={x_name}.data)\n"
+    text = text.replace(sig.group(0), f"def main({', '.join(params[:-1])}):\n", 1)
+    attr = re.search(r"\n    T\.func_attr\(.*\)\n", text)  # must stay the first statement
+    at = attr.end() if attr else text.index(":\n", text.index("def main(")) + 2
+    text = text[:at] + decl + text[at:]
+    try:
+        new = tvm.script.from_source(text)
+    except Exception:
+        return None
+    new = new["main"] if isinstance(new, tvm.IRModule) else new
+    return new.without_attr("global_symbol") if new.attrs and "global_symbol" in new.attrs else new
+
+
+def _same_shape(a, b) -> bool:
+    return [int(d) for d in a.shape] == [int(d) for d in b.shape]
+
+
+def _uses(func: relax.Function) -> Counter:
+    count = Counter()
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            count[expr] += 1
+
+    for block in func.body.blocks:
+        for b in block.bindings:
+            relax.analysis.post_order_visit(b.value, visit)
+    relax.analysis.post_order_visit(func.body.body, visit)
+    return count
+
+
+@mutator
+class _Rewrite(PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.mod_ = mod
+        self.made: dict = {}
+        self.rewritten = 0
+
+    def _fresh(self, producer) -> bool:
+        if not isinstance(producer, relax.Call):
+            return False
+        if producer.op.same_as(_CALL_TIR_INPLACE):
+            return True  # only this pass makes them here, each over a tensor that died
+        if not producer.op.same_as(_CALL_TIR):
+            return False
+        callee = self.mod_[producer.args[0]]
+        return isinstance(callee, tirx.PrimFunc) and not relax.analysis.has_reshape_pattern(callee)
+
+    def rewrite_block(self, block, uses, producers):
+        out = []
+        for b in block.bindings:
+            value = b.value
+            new = self._try(value, uses, producers) if isinstance(value, relax.Call) else None
+            if new is None:
+                out.append(b)
+            elif _same_shape(new.args[1].fields[int(new.attrs.inplace_indices[0])].ty, b.var.ty):
+                producers[b.var] = new
+                out.append(relax.VarBinding(b.var, new))
+            else:  # the kernel fused a reshape: alias x's shape, then a (free) view in y's shape
+                x_ty = new.args[1].fields[int(new.attrs.inplace_indices[0])].ty
+                tmp = relax.DataflowVar(str(b.var.name) + "_inplace", x_ty)
+                out.append(relax.VarBinding(tmp, new))
+                out.append(relax.VarBinding(b.var, relax.op.reshape(tmp, b.var.ty.shape)))
+        return relax.DataflowBlock(out)
+
+    def _try(self, call, uses, producers):
+        if not call.op.same_as(_CALL_TIR) or not isinstance(call.ty, relax.TensorType):
+            return None
+        gv, args = call.args[0], list(call.args[1].fields)
+        func = self.mod_[gv]
+        if not isinstance(func, tirx.PrimFunc) or len(func.params) != len(args) + 1:
+            return None
+        for i, x in enumerate(args):
+            if not isinstance(x, relax.DataflowVar) or uses[x] != 1 or not self._fresh(producers.get(x)):
+                continue
+            key = (gv, i)
+            if key not in self.made:
+                try:
+                    kernel = inplace_kernel(func, i)
+                except Exception:  # never fail a build over an optimization
+                    kernel = None
+                self.made[key] = None if kernel is None else self.builder_.add_func(kernel, gv.name_hint + "_inplace")
+            if self.made[key] is None:
+                continue
+            self.rewritten += 1
+            return relax.call_tir_inplace(self.made[key], args, [i], x.ty)
+        return None
+
+    def run(self):
+        for gv, func in self.mod_.functions_items():
+            if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+                continue
+            uses = _uses(func)
+            blocks = []
+            for block in func.body.blocks:
+                if isinstance(block, relax.DataflowBlock):
+                    producers = {b.var: b.value for b in block.bindings}
+                    block = self.rewrite_block(block, uses, producers)
+                blocks.append(block)
+            body = relax.SeqExpr(blocks, func.body.body)
+            self.builder_.update_func(gv, relax.Function(func.params, body, func.ret_ty, func.is_pure,
+                                                         func.attrs, func.span))
+        return relax.transform.DeadCodeElimination()(self.builder_.get())
+
+
+def UseInplaceCalls() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
+    """Module pass: fused element-wise call_tir -> call_tir_inplace where an input dies (see module doc)."""
+    return tvm.transform.module_pass(lambda mod, _ctx: _Rewrite(mod).run(), opt_level=0, name="ext.UseInplaceCalls")
