@@ -82,3 +82,48 @@ def test_local_measurer_checks_every_point_against_numpy(tmp_path, cpu_target):
             assert 0 <= res.max_error < 1e-4 and res.seconds > 0 and len(res.times) == 2
     finally:
         m.close()
+
+
+def _family_modules():
+    from tvm import relax
+
+    def module(fn, *shapes):
+        bb = relax.BlockBuilder()
+        xs = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
+        with bb.function("main", xs):
+            with bb.dataflow():
+                out = bb.emit_output(bb.emit(fn(*xs)))
+            bb.emit_func_output(out)
+        return bb.get()
+
+    op = __import__("tvm").relax.op
+    return {
+        "conv2d": module(lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w, padding=1), b)),
+                         (1, 16, 10, 10), (16, 16, 3, 3), (1, 16, 1, 1)),
+        "softmax": module(lambda x: op.nn.softmax(x, axis=-1), (12, 70)),
+        "layer_norm": module(lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[-1]), (9, 48), (48,), (48,)),
+        "reduce": module(lambda x: op.sum(x, axis=[1]), (6, 50, 3)),
+    }
+
+
+@pytest.mark.parametrize("family", ["conv2d", "softmax", "layer_norm", "reduce"])
+def test_every_family_has_a_reference_that_its_candidates_pass(family, cpu_target):
+    from ext.tuning.measure import measure_in_worker
+    from ext.tuning.references import REFERENCES
+    from ext.tuning.search import task_space
+    from ext.tuning.tasks import extract_tasks
+
+    (task,) = extract_tasks(_family_modules()[family], cpu_target)
+    wl = task.workload
+    assert wl.op in REFERENCES
+    m = LocalMeasurer(settings=Settings(repeat=1, min_repeat_ms=1))
+    seen = set()
+    for p in task_space(wl, cpu_target):
+        if p.cand.name in seen or getattr(p.cand, "library", None):
+            continue  # each of our candidates' default config, in this process
+        seen.add(p.cand.name)
+        out = measure_in_worker(dict(m.task(wl, p.cand, p.cfg, cpu_target), cutoff=None))
+        assert out["status"] == "ok", (p.cand.name, out)
+        assert out["max_error"] is not None and out["max_error"] < 1e-3
+    m.close()
+    assert seen
