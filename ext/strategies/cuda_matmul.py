@@ -87,13 +87,18 @@ def _tiled_config(bm, bn, tm, tn, bk, db=True):
 _TILES = [(128, 128, 8, 8), (64, 64, 4, 4), (128, 64, 8, 4), (64, 128, 4, 8), (32, 32, 2, 2)]
 
 
-def _tiled_space(wl, target):
+def tiled_space() -> list:
     return [_tiled_config(bm, bn, tm, tn, bk, db) for bm, bn, tm, tn in _TILES for bk in (8, 16, 32)
             for db in (True, False)]
 
 
 def _tiled_default(wl, target):
     M, N, _ = dims(wl)
+    return tiled_config_for(M, N)
+
+
+def tiled_config_for(M: int, N: int) -> TiledConfig:
+    """Heuristic SIMT tile for an ``M x N`` output (also used by conv2d's implicit GEMM)."""
     if M >= 2048 and N >= 2048:
         return _tiled_config(128, 128, 8, 8, 8)
     if M <= 32 or N <= 32:
@@ -107,7 +112,7 @@ def _tiled_build(wl, cfg: TiledConfig, target):
 
 
 register(Candidate("matmul.cuda_tiled", ("cuda",), PLEVEL.BLOCKED, _check_common, TiledConfig,
-                   space=_tiled_space, default=_tiled_default, build=_tiled_build, suits=_tiled_suits))
+                   space=lambda wl, t: tiled_space(), default=_tiled_default, build=_tiled_build, suits=_tiled_suits))
 
 
 # -- matmul.cuda_tensorcore --------------------------------------------------------------------
@@ -141,7 +146,7 @@ def _tc_suits(wl, target):
     return None
 
 
-def _tc_space(wl, target):
+def tensorcore_space() -> list:
     out = []
     for wm, wn, fm, fn in [(2, 2, 2, 4), (2, 4, 4, 2), (2, 2, 4, 4), (1, 2, 2, 4), (2, 2, 2, 2), (1, 1, 2, 2)]:
         for chunk in (1, 2, 4):
@@ -151,6 +156,11 @@ def _tc_space(wl, target):
 
 def _tc_default(wl, target):
     M, N, _ = dims(wl)
+    return tensorcore_config_for(M, N)
+
+
+def tensorcore_config_for(M: int, N: int) -> TensorCoreConfig:
+    """Heuristic warp tiling for an ``M x N`` output (also used by conv2d's implicit GEMM)."""
     if M >= 1024 and N >= 1024:
         return TensorCoreConfig(warps_m=2, warps_n=4, frags_m=4, frags_n=2, chunk=2)
     if M <= 32:
@@ -165,7 +175,7 @@ def _tc_build(wl, cfg: TensorCoreConfig, target):
 
 
 register(Candidate("matmul.cuda_tensorcore", ("cuda",), PLEVEL.SPECIALIZED, _tc_check, TensorCoreConfig,
-                   space=_tc_space, default=_tc_default, build=_tc_build, suits=_tc_suits))
+                   space=lambda wl, t: tensorcore_space(), default=_tc_default, build=_tc_build, suits=_tc_suits))
 
 
 # -- matmul.cuda_gemv --------------------------------------------------------------------------

@@ -51,12 +51,16 @@ WARP_SIZE = 32
 
 
 def inline_producers(sch: s_tir.Schedule, block) -> None:
-    """Inline the element-wise producers of ``block`` (e.g. zero-padding stages) into it."""
-    for prod in sch.get_producers(block):
-        try:
-            sch.compute_inline(prod)
-        except Exception:  # not inlinable (a reduction, a buffer with other readers): keep it
-            pass
+    """Inline the chains of element-wise producers of ``block`` (zero padding, gathers) into it."""
+    changed = True
+    while changed:
+        changed = False
+        for prod in sch.get_producers(block):
+            try:
+                sch.compute_inline(prod)
+                changed = True
+            except Exception:  # not inlinable (a reduction, an input): keep it
+                pass
 
 
 def cooperative_fetch(sch: s_tir.Schedule, block, threads: tuple, vector: int) -> None:

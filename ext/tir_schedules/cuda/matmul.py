@@ -33,7 +33,7 @@ import dataclasses
 
 from tvm import s_tir
 
-from ..common import WARP_SIZE, bind_elementwise, cooperative_fetch, has_block, inline_producers
+from ..common import WARP_SIZE, bind_elementwise, cooperative_fetch, inline_producers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +134,7 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TiledConfig) -> None:
 def schedule_small(sch: s_tir.Schedule, cfg: SmallConfig) -> None:
     """One thread per output element; the accumulator lives in a register."""
     c = sch.get_sblock("C")
-    for name in ("A_pad", "B_pad"):
-        if has_block(sch, name):
-            sch.compute_inline(sch.get_sblock(name))
+    inline_producers(sch, c)
     d = sch.get_sblock("D")
     bind_elementwise(sch, d, cfg.threads)
     sch.compute_at(c, sch.get_loops(d)[-1])
@@ -214,10 +212,8 @@ def schedule_gemv(sch: s_tir.Schedule, cfg: GemvConfig, form: str) -> None:
     K must be padded to a multiple of the reduction split (``matmul_padded``): ``rfactor`` over a
     split with a tail dropped the tail predicate in TVM 0.27; zero padding makes it exact.
     """
-    for name in ("A_pad", "B_pad"):
-        if has_block(sch, name):
-            sch.compute_inline(sch.get_sblock(name))
     c = sch.get_sblock("C")
+    inline_producers(sch, c)
     i, j, k = sch.get_loops(c)
     out = sch.fuse(i, j)
     if form == "dot":
