@@ -172,32 +172,48 @@ def relax_module(wl):
     return bb.get()
 
 
-def stock_child(wl_json: str, arch: str) -> None:
-    """Subprocess body: build with stock TVM (default CUDA pipeline = dlight), time, print JSON."""
+def stock_child(wls_json: str, arch: str) -> None:
+    """Subprocess body: build each workload with stock TVM (default CUDA pipeline = dlight), time
+    it and print one ``STOCK_RESULT`` JSON line per workload as soon as it is done."""
     import tvm
     from tvm import relax
 
-    wl = Workload.from_json(wl_json)
     target = ext.target.cuda(arch)
-    ex = tvm.compile(relax_module(wl), target=target)
     dev = tvm.cuda(0)
-    vm = relax.VirtualMachine(ex, dev)
-    xs = [tvm.runtime.tensor(x, dev) for x in inputs(wl)]
-    sec = vm.time_evaluator("main", dev, number=10, repeat=3)(*xs).median
-    print("STOCK_RESULT " + json.dumps({"seconds": sec}))
+    for data in json.loads(wls_json):
+        wl = Workload.from_json(data)
+        try:
+            vm = relax.VirtualMachine(tvm.compile(relax_module(wl), target=target), dev)
+            xs = [tvm.runtime.tensor(x, dev) for x in inputs(wl)]
+            res = {"key": wl.key, "seconds": vm.time_evaluator("main", dev, number=10, repeat=3)(*xs).median}
+        except Exception as exc:  # noqa: BLE001 - reported, the batch goes on
+            res = {"key": wl.key, "seconds": None, "note": f"stock TVM error: {type(exc).__name__}: "
+                                                          f"{str(exc).splitlines()[0][:120]}"}
+        print("STOCK_RESULT " + json.dumps(res), flush=True)
 
 
-def stock_timer(wl, arch, timeout):
-    cmd = [sys.executable, __file__, "--stock-child", json.dumps(wl.to_json()), "--arch", arch]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"stock TVM timed out after {timeout} s"
-    for line in proc.stdout.splitlines():
-        if line.startswith("STOCK_RESULT "):
-            return json.loads(line[len("STOCK_RESULT "):])["seconds"], "stock"
-    tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-    return None, f"stock TVM failed (rc {proc.returncode}): {tail[:160]}"
+def stock_timers(wls, arch, timeout) -> dict:
+    """``{workload key: (seconds or None, note)}``: all workloads in one subprocess (one TVM
+    import); when it crashes or hangs, the culprit is recorded and the rest run in a new one."""
+    results, todo = {}, list(wls)
+    while todo:
+        cmd = [sys.executable, os.path.abspath(__file__), "--stock-child",
+               json.dumps([w.to_json() for w in todo]), "--arch", arch]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * len(todo))
+            stdout, why = proc.stdout, f"crashed (rc {proc.returncode})"
+        except subprocess.TimeoutExpired as exc:
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            why = "timed out"
+        for line in stdout.splitlines():
+            if line.startswith("STOCK_RESULT "):
+                r = json.loads(line[len("STOCK_RESULT "):])
+                results[r["key"]] = (r["seconds"], r.get("note", "stock"))
+        todo = [w for w in todo if w.key not in results]
+        if todo:  # the first unfinished one is the culprit
+            results[todo[0].key] = (None, f"stock TVM {why}")
+            todo = todo[1:]
+    return results
 
 
 # -- ext ---------------------------------------------------------------------------------------
@@ -289,8 +305,22 @@ def main(argv=None):
         arch = "sm_80"
     target = ext.target.cuda(arch)
     print(f"target: {ext.target.describe(target)}; dry run: {args.dry_run}", flush=True)
-    rows = []
-    for section, wl in cases(args.sections, args.quick):
+    path = args.json or os.path.join(os.environ.get("OUT") or "out", "bench_cuda.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    todo, rows = cases(args.sections, args.quick), []
+
+    def save(summary=None):
+        with open(path, "w") as f:
+            json.dump({"target": ext.target.describe(target), "dry_run": args.dry_run, "rows": rows,
+                       "summary": summary}, f, indent=1)
+
+    if not args.dry_run and not args.no_stock:  # first, so a time-out later still leaves a baseline
+        t0 = time.time()
+        stock = stock_timers([wl for _, wl in todo], arch, args.stock_timeout)
+        print(f"stock TVM: {time.time() - t0:.1f} s for {len(todo)} cases", flush=True)
+    else:
+        stock = {}
+    for section, wl in todo:
         t0 = time.time()
         xs = inputs(wl)
         ref = None if args.dry_run else reference(wl, xs)
@@ -300,10 +330,10 @@ def main(argv=None):
         if not args.dry_run:
             sec, note = torch_timer(wl, xs)
             row["results"]["torch"] = {"seconds": sec, "note": note}
-            if not args.no_stock:
-                sec, note = stock_timer(wl, arch, args.stock_timeout)
-                row["results"]["stock_tvm"] = {"seconds": sec, "note": note}
+        if wl.key in stock:
+            row["results"]["stock_tvm"] = {"seconds": stock[wl.key][0], "note": stock[wl.key][1]}
         rows.append(row)
+        save()
         print(f"{row['case']}: {time.time() - t0:.1f} s", flush=True)
         for name, r in row["results"].items():
             t = f"{r['seconds'] * 1e3:9.3f} ms {wl.flops / r['seconds'] / 1e12:7.2f} TFLOPS" if r["seconds"] else " " * 31
@@ -311,12 +341,23 @@ def main(argv=None):
     summary = tensorcore_vs_cublas(rows)
     if summary:
         print(summary)
-    path = args.json or os.path.join(os.environ.get("OUT") or "out", "bench_cuda.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"target": ext.target.describe(target), "dry_run": args.dry_run, "rows": rows,
-                   "summary": summary}, f, indent=1)
+    print_table(rows)
+    save(summary)
     print(f"wrote {path}")
+
+
+def print_table(rows) -> None:
+    """Markdown table: time per call and ratio of each contender to PyTorch."""
+    print("\n| case | best ext | ext ms | torch ms | stock TVM ms | ext / torch throughput |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        ours = {k: v for k, v in r["results"].items() if ".cuda_" in k and v["seconds"]}
+        best = min(ours, key=lambda k: ours[k]["seconds"]) if ours else None
+        ms = lambda v: f"{v['seconds'] * 1e3:.3f}" if v and v.get("seconds") else "-"  # noqa: E731
+        torch_r, stock_r = r["results"].get("torch"), r["results"].get("stock_tvm")
+        ratio = (f"{torch_r['seconds'] / ours[best]['seconds']:.2f}" if best and torch_r and torch_r.get("seconds")
+                 else "-")
+        print(f"| {r['case']} | {best or '-'} | {ms(ours.get(best))} | {ms(torch_r)} | {ms(stock_r)} | {ratio} |")
 
 
 def tensorcore_vs_cublas(rows) -> str | None:
