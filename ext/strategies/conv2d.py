@@ -21,7 +21,9 @@ from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish, pick_divisor
 from ..tir_schedules.cpu import conv2d as sched
 from ..tir_schedules.cpu.conv2d import DirectConfig, RowConfig
+from ..tir_schedules.cpu.winograd import WinogradConfig, schedule_winograd
 from ..topi_kernels import conv2d as cv
+from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
@@ -159,3 +161,99 @@ def _direct_transforms(wl, cfg: DirectConfig, target):
 register(Candidate("conv2d.direct_nchwc", ("llvm",), PLEVEL.BLOCKED, _direct_check, DirectConfig,
                    space=_direct_space, default=_direct_default, build=_direct_build,
                    transforms=_direct_transforms, suits=_direct_suits))
+
+
+# -- conv2d.winograd ----------------------------------------------------------------------------------
+
+#: Winograd must be estimated at most this fraction of the direct kernel's cost to be chosen
+WINOGRAD_MAX_RATIO = 0.8
+#: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)
+WINOGRAD_U_BYTES = 24 * 2 ** 20
+
+
+def _wino_blocks(g, ln):
+    return (ln if g.C >= ln else g.C), ln
+
+
+def _wino_check(wl, target):
+    reason = check_common(wl)
+    if reason:
+        return reason
+    g = geom(wl)
+    if (g.KH, g.KW) != (3, 3):
+        return f"Winograd here is F(m, 3x3); kernel is {g.KH}x{g.KW}"
+    if g.stride != (1, 1):
+        return f"Winograd needs stride 1, got {g.stride}"
+    if g.dilation != (1, 1):
+        return f"Winograd needs dilation 1, got {g.dilation}"
+    if g.groups != 1:
+        return f"Winograd needs groups 1, got {g.groups}"
+    return None
+
+
+def wino_tile(g) -> int:
+    """F(4x4,3x3) unless the output is small (its 6x6 tiles would mostly be padding) or its
+    transformed filter (36 * C * O floats) would not stay in L3; then F(2x2,3x3)."""
+    u4 = 36 * ceil_to(g.C, 16) * ceil_to(g.O, 16) * 4
+    return 2 if min(g.OH, g.OW) < 8 or u4 > WINOGRAD_U_BYTES else 4
+
+
+def wino_cost_ratio(g, m: int) -> float:
+    """Analytic Winograd / direct cost: multiply-adds of the E batched GEMMs plus the transforms
+    (~8 multiply-add equivalents per transformed element, they are memory-bound) over the direct
+    conv's multiply-adds (both kernels run their inner loops at a similar rate)."""
+    E, (_, _, T) = (m + 2) ** 2, wg.tiles(g, m)
+    cp, op = ceil_to(g.C, 16), ceil_to(g.O, 16)
+    wino = E * T * (cp * op + 8 * cp + 8 * op) + 8 * g.N * g.O * g.OH * g.OW
+    return wino / (g.N * g.OH * g.OW * g.O * g.C * 9)
+
+
+def _wino_suits(wl, target):
+    g = geom(wl)
+    m = wino_tile(g)
+    ratio = wino_cost_ratio(g, m)
+    if ratio > WINOGRAD_MAX_RATIO:
+        return f"F({m}x{m},3x3) estimated at {ratio:.2f}x the direct kernel's cost (> {WINOGRAD_MAX_RATIO})"
+    return None
+
+
+def _wino_default(wl, target):
+    g, ln = geom(wl), lanes(target)
+    return WinogradConfig(tile=wino_tile(g), mb=4, nb=min(64, ceil_to(g.O, ln)))
+
+
+def _wino_space(wl, target):
+    g, ln = geom(wl), lanes(target)
+    return [WinogradConfig(tile=m, mb=mb, nb=nb) for m in (2, 4) for nb in (16, 32, 64)
+            if nb <= max(ln, ceil_to(g.O, ln)) for mb in (2, 4, 6)]
+
+
+def _wino_build(wl, cfg, target):
+    g, ln = geom(wl), lanes(target)
+    kb, ob = _wino_blocks(g, ln)
+    E, Cp = (cfg.tile + 2) ** 2, ceil_to(g.C, kb)
+    X, U, *extras = placeholders(wl, (E, ceil_to(g.O, cfg.nb) // cfg.nb, Cp, cfg.nb))
+    _, _, V = wg.data_transform(X, g, cfg.tile, kb)
+    _, MM = wg.batched_gemm(V, U, O=g.O, mb=cfg.mb, nb=cfg.nb, out_dtype=wl.out_dtype)
+    _, _, out = wg.inverse_transform(MM, g, cfg.tile, wl.epilogue, extras, wl.out_dtype)
+    sch = create_schedule([X, U, *extras, out])
+    schedule_winograd(sch, cfg, ln, kb, ob)
+    return finish(sch, "conv2d.winograd")
+
+
+def _wino_transforms(wl, cfg, target):
+    g, ln = geom(wl), lanes(target)
+    Wt = placeholders(wl)[1]
+    U = wg.filter_transform(Wt, g, cfg.tile, cfg.nb, _wino_blocks(g, ln)[0])
+    sch = create_schedule([Wt, U])
+    b = sch.get_sblock("U")
+    e, jb, k, jl = sch.get_loops(b)
+    sch.reorder(jb, k, e, jl)
+    sch.parallel(sch.fuse(jb, k))
+    sch.vectorize(jl)  # e stays a loop: unrolling its Select chain makes LLVM take ~40 s
+    return {1: finish(sch, "conv2d.winograd_filter")}
+
+
+register(Candidate("conv2d.winograd", ("llvm",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
+                   space=_wino_space, default=_wino_default, build=_wino_build, transforms=_wino_transforms,
+                   suits=_wino_suits))
