@@ -88,3 +88,19 @@ def test_candidates_decline_with_reasons(cpu_target):
         assert not v and "float32" in v.reason
         v = cand.applies(blocked, cpu_target)
         assert not v and "layout" in v.reason, (cand.name, v.reason)
+
+
+def test_selection_explains_winograd(cpu_target):
+    """Winograd wins ResNet's 3x3 stride-1 layers and the report says why; small ones keep direct."""
+    from ext.strategies import choose
+
+    d = choose(conv_wl(1, 64, 56, 56, 64, 3), cpu_target)
+    assert d.name == "conv2d.winograd"
+    direct = next(a for a in d.alternatives if a.candidate == "conv2d.direct_nchwc")
+    assert direct.status == "unsuited" and "Winograd F(4x4,3x3) is estimated at" in direct.reason
+    d = choose(conv_wl(1, 8, 9, 9, 8, 3), cpu_target)
+    assert d.name == "conv2d.direct_nchwc"
+    wino = next(a for a in d.alternatives if a.candidate == "conv2d.winograd")
+    assert wino.status == "unsuited" and "estimated at" in wino.reason
+    assert choose(conv_wl(1, 64, 56, 56, 128, 1, stride=2, pad=0), cpu_target).name == "conv2d.pointwise"
+    assert choose(conv_wl(1, 32, 28, 28, 32, 3, groups=32), cpu_target).name == "conv2d.depthwise"

@@ -108,6 +108,9 @@ def _direct_suits(wl, target):
     g = geom(wl)
     if g.groups > 1 and g.groups == g.C:
         return "depthwise: conv2d.depthwise streams each channel plane"
+    if not _wino_check(wl, target) and not _wino_suits(wl, target):
+        m = wino_tile(g)
+        return f"Winograd F({m}x{m},3x3) is estimated at {wino_cost_ratio(g, m):.2f}x this kernel's cost"
     return None
 
 

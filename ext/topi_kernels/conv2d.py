@@ -25,7 +25,7 @@ GEMM forms (``conv_gemm_operands``): with ``K = C*KH*KW`` and ``P = N*OH*OW``
 columns, ``C[o, p] = sum_k W2[o, k] * Bp[p // nb, k, p % nb]``: ``Bp`` is the
 im2col patch matrix already in ``matmul.packed``'s panel layout (a 1x1
 stride-1 conv reads ``X`` itself, no copy), so the matmul compute and schedule
-are reused unchanged; ``D[n, o, oh, ow] = epilogue(C[o, n*OH*OW + oh*OW + ow])``.
+are reused unchanged; ``out[0, o, oh, ow] = D[o, oh*OW + ow]`` with the epilogue in ``D``.
 """
 from __future__ import annotations
 
@@ -250,71 +250,16 @@ def im2col_packed(X: te.Tensor, g: ConvGeom, nb: int) -> te.Tensor:
     return te.compute((_i64(ceil_to(P, nb) // nb), _i64(K), _i64(nb)), body, name="Bp")
 
 
-def conv_output(C: te.Tensor, g: ConvGeom, epilogue=(), extras=(), out_dtype="float32") -> te.Tensor:
-    """``D[n, o, oh, ow] = epilogue(C[o, n*OH*OW + oh*OW + ow])`` (GEMM result back to NCHW)."""
-    hw = g.OH * g.OW
-    return ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)),
-                           lambda n, o, oh, ow: C[o, n * hw + oh * g.OW + ow], epilogue, extras, out_dtype)
+def as_gemm_operand(E: te.Tensor, g: ConvGeom, name: str) -> te.Tensor:
+    """An NCHW-broadcastable epilogue tensor (bias ``(1, O, 1, 1)``, residual ``(1, O, OH, OW)``) seen as
+    ``(O, OH*OW)``, the GEMM output's shape (batch 1); inlined by the schedule."""
+    def body(o, p):
+        return E[tuple(ep.broadcast_index(E, (_i64(0), o, p // g.OW, p % g.OW)))]
+
+    return te.compute((_i64(g.O), _i64(g.OH * g.OW)), body, name=name)
 
 
-# -- implicit GEMM (CUDA) ----------------------------------------------------------------------------
-
-def implicit_gemm(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, data_layout: str, kernel_layout: str,
-                  pads=(1, 1, 1), epilogue=(), extras=(), out_dtype="float32", acc_dtype="float32"):
-    """conv2d (groups == 1) as a GEMM whose operands are gathered on the fly; returns
-    ``(C, D, b_layout, out_map)``.
-
-    NCHW/OIHW: ``C[o, p] = sum_k W2[o, k] * Col[k, p]`` (rows = output channels, columns
-    ``p = (n*OH + oh)*OW + ow``, contiguous in the output), ``k = (c*KH + kh)*KW + kw``.
-    NHWC/OHWI or HWIO: ``C[p, o] = sum_k Col[p, k] * W2(k, o)``, ``k = (kh*KW + kw)*C + c``
-    (channels innermost, contiguous in NHWC). ``Col`` reads the zero-padded input (never
-    stored: the schedule inlines it into its shared-memory loads); both operands are then
-    zero-padded to multiples of ``pads = (Mp, Np, Kp)``. ``D`` is the output in the data
-    layout; ``out_map`` maps D's indices to ``C``'s ``(row, col)``, for
-    ``transform_block_layout`` so the schedule sees a 2-D epilogue.
-    """
-    from .matmul import zero_pad
-
-    read = padded_read(X, g, data_layout)
-    sh, sw = g.stride
-    dh, dw = g.dilation
-    hw, K, P = g.OH * g.OW, g.C * g.KH * g.KW, g.N * g.OH * g.OW
-
-    def patch(p, c, kh, kw):
-        n, r = p // hw, p % hw
-        return read(n, c, (r // g.OW) * sh + kh * dh, (r % g.OW) * sw + kw * dw)
-
-    if data_layout == "NCHW":
-        khw = g.KH * g.KW
-        A = te.compute((_i64(g.O), _i64(K)), lambda o, k: Wt[o, k // khw, (k % khw) // g.KW, k % g.KW],
-                       name="A_gather")
-        B = te.compute((_i64(K), _i64(P)), lambda k, p: patch(p, k // khw, (k % khw) // g.KW, k % g.KW),
-                       name="B_gather")
-        M, N, b_layout = g.O, P, "kn"
-    else:
-        A = te.compute((_i64(P), _i64(K)), lambda p, k: patch(p, k % g.C, k // (g.KW * g.C), (k // g.C) % g.KW),
-                       name="A_gather")
-        if kernel_layout == "OHWI":
-            B = te.compute((_i64(g.O), _i64(K)), lambda o, k: Wt[o, k // (g.KW * g.C), (k // g.C) % g.KW, k % g.C],
-                           name="B_gather")
-            b_layout = "nk"
-        else:  # HWIO
-            B = te.compute((_i64(K), _i64(g.O)), lambda k, o: Wt[k // (g.KW * g.C), (k // g.C) % g.KW, k % g.C, o],
-                           name="B_gather")
-            b_layout = "kn"
-        M, N = P, g.O
-    Mp, Np, Kp = (ceil_to(v, m) for v, m in zip((M, N, K), pads))
-    Ap = zero_pad(A, (Mp, Kp), "A_pad")
-    Bp = zero_pad(B, (Kp, Np) if b_layout == "kn" else (Np, Kp), "B_pad")
-    k = te.reduce_axis((_i64(0), _i64(Kp)), name="k")
-    b_at = (lambda kk, j: Bp[kk, j]) if b_layout == "kn" else (lambda kk, j: Bp[j, kk])
-    C = te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
-        Ap[i, k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
-    if data_layout == "NCHW":
-        shape = (g.N, g.O, g.OH, g.OW)
-        out_map = lambda n, o, oh, ow: (o, n * hw + oh * g.OW + ow)  # noqa: E731
-    else:
-        shape = (g.N, g.OH, g.OW, g.O)
-        out_map = lambda n, oh, ow, o: (n * hw + oh * g.OW + ow, o)  # noqa: E731
-    D = ep.fused_output(tuple(_i64(d) for d in shape), lambda *i: C[out_map(*i)], epilogue, extras, out_dtype)
-    return C, D, b_layout, out_map
+def gemm_to_nchw(D: te.Tensor, g: ConvGeom) -> te.Tensor:
+    """``out[0, o, oh, ow] = D[o, oh*OW + ow]`` (batch 1)."""
+    return te.compute(tuple(_i64(d) for d in (1, g.O, g.OH, g.OW)),
+                      lambda n, o, oh, ow: D[o, oh * g.OW + ow], name="out")

@@ -41,9 +41,11 @@ class DirectConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RowConfig:
-    """Row-tiled kernels (depthwise, NHWC): ``reg_n`` output columns per unrolled tile."""
+    """Row-tiled kernels (depthwise, NHWC): ``reg_n`` output columns per tile; NHWC also
+    ``ocb`` output channels per tile (a divisor of O)."""
 
     reg_n: int = 4
+    ocb: int = 0
 
 
 def _try(fn, *args):
@@ -128,12 +130,13 @@ def schedule_nhwc(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
     c = sch.get_sblock("C")
     n, oh, ow, o, kh, kw, rc = sch.get_loops(c)
     owo, owi = sch.split(ow, [None, cfg.reg_n])
+    oo, oi = sch.split(o, [None, cfg.ocb])
     row = sch.fuse(n, oh)
     sch.parallel(row)
-    sch.reorder(row, owo, kh, kw, rc, owi, o)
+    sch.reorder(row, owo, oo, kh, kw, rc, owi, oi)
     cw = sch.cache_write(c, 0, "local")
-    sch.reverse_compute_at(cw, owo)
+    sch.reverse_compute_at(cw, oo)
     sch.unroll(owi)
-    _vectorize_split(sch, o, lanes)
+    _vectorize_split(sch, oi, lanes)
     _try(sch.reverse_compute_inline, sch.get_sblock("D"))
     sch.decompose_reduction(c, kh)

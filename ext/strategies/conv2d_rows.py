@@ -1,0 +1,96 @@
+"""Row-tiled conv2d candidates on CPU: ``conv2d.depthwise`` (NCHW, groups == C)
+and ``conv2d.direct_nhwc`` (NHWC/OHWI, any groups).
+
+Depthwise has no channel reduction, so it vectorizes along the output row
+(contiguous for stride 1) with the taps unrolled; NHWC direct vectorizes over
+output channels (contiguous in NHWC) with ``reg_n`` output columns unrolled.
+"""
+from __future__ import annotations
+
+from ..tir_schedules.common import create_schedule, finish, pick_divisor
+from ..tir_schedules.cpu import conv2d as sched
+from ..tir_schedules.cpu.conv2d import RowConfig
+from ..topi_kernels import conv2d as cv
+from .conv2d import check_common, geom, lanes, pick_reg_n, placeholders
+from .registry import PLEVEL, Candidate, register
+
+# -- conv2d.depthwise -----------------------------------------------------------------------------
+
+
+def _dw_check(wl, target):
+    reason = check_common(wl)
+    if reason:
+        return reason
+    g = geom(wl)
+    if not (g.groups == g.C and g.Cg == 1):
+        return f"not depthwise (groups={g.groups}, C={g.C})"
+    return None
+
+
+def _dw_default(wl, target):
+    g, ln = geom(wl), lanes(target)
+    return RowConfig(reg_n=ln if g.OW >= ln else pick_reg_n(g.OW, ln))
+
+
+def _dw_space(wl, target):
+    ln = lanes(target)
+    return [RowConfig(reg_n=r) for r in (4, 8, ln, 2 * ln)]
+
+
+def _dw_build(wl, cfg: RowConfig, target):
+    g = geom(wl)
+    X, Wt, *extras = placeholders(wl)
+    _, _, D = cv.depthwise_nchw(X, Wt, g, ow_pad=cfg.reg_n, epilogue=wl.epilogue, extras=extras,
+                                out_dtype=wl.out_dtype)
+    sch = create_schedule([X, Wt, *extras, D])
+    sched.schedule_depthwise(sch, cfg, lanes(target))
+    return finish(sch, "conv2d.depthwise")
+
+
+register(Candidate("conv2d.depthwise", ("llvm",), PLEVEL.SPECIALIZED, _dw_check, RowConfig,
+                   space=_dw_space, default=_dw_default, build=_dw_build))
+
+
+# -- conv2d.direct_nhwc ---------------------------------------------------------------------------
+
+def _nhwc_check(wl, target):
+    return check_common(wl, layouts=(("NHWC", "OHWI"),))
+
+
+def _nhwc_cfg(g, ln, reg_n, ocb_want):
+    if g.O % ln == 0:
+        ocb = ln * pick_divisor(g.O // ln, ocb_want // ln)
+    else:
+        ocb = pick_divisor(g.O, ocb_want)
+    vecs = max(1, ocb // ln)
+    return RowConfig(reg_n=pick_divisor(g.OW, min(reg_n, 28 // vecs)), ocb=ocb)
+
+
+def _nhwc_default(wl, target):
+    g, ln = geom(wl), lanes(target)
+    return _nhwc_cfg(g, ln, 8, 2 * ln)
+
+
+def _nhwc_space(wl, target):
+    g, ln = geom(wl), lanes(target)
+    out = []
+    for reg_n in (4, 7, 8, 14):
+        for want in (ln, 2 * ln, 4 * ln):
+            cfg = _nhwc_cfg(g, ln, reg_n, want)
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def _nhwc_build(wl, cfg: RowConfig, target):
+    g = geom(wl)
+    X, Wt, *extras = placeholders(wl)
+    _, _, D = cv.conv2d_nhwc(X, Wt, g, kernel_layout="OHWI", epilogue=wl.epilogue, extras=extras,
+                             out_dtype=wl.out_dtype)
+    sch = create_schedule([X, Wt, *extras, D])
+    sched.schedule_nhwc(sch, cfg, lanes(target))
+    return finish(sch, "conv2d.direct_nhwc")
+
+
+register(Candidate("conv2d.direct_nhwc", ("llvm",), PLEVEL.BLOCKED, _nhwc_check, RowConfig,
+                   space=_nhwc_space, default=_nhwc_default, build=_nhwc_build))
