@@ -18,7 +18,7 @@ from tvm import topi
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cuda import conv2d as sched
 from ..tir_schedules.cuda.conv2d import SmallConfig, TensorCoreConfig, TiledConfig, WinogradConfig
-from ..topi_kernels import conv2d as cv
+from ..topi_kernels import conv2d_implicit as cvi
 from ..topi_kernels import epilogue as ep
 from ..workload import Workload
 from .conv2d import geom, placeholders
@@ -55,7 +55,7 @@ def _gemm_dims(wl) -> tuple[int, int]:
 def _implicit(wl, name, cfg, pads, schedule):
     g = geom(wl)
     X, W, *extras = placeholders(wl)
-    _, D, b_layout, out_map = cv.implicit_gemm(
+    _, D, b_layout, out_map = cvi.implicit_gemm(
         X, W, g, data_layout=wl.attr("data_layout", "NCHW"), kernel_layout=wl.attr("kernel_layout", "OIHW"),
         pads=pads, epilogue=wl.epilogue, extras=extras, out_dtype=wl.out_dtype, acc_dtype="float32")
     sch = create_schedule([X, W, *extras, D])

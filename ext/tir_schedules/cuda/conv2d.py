@@ -1,4 +1,4 @@
-"""CUDA schedules for conv2d (computes from ``topi_kernels.conv2d.implicit_gemm``).
+"""CUDA schedules for conv2d (computes from ``topi_kernels.conv2d_implicit.implicit_gemm``).
 
 Implicit GEMM: the conv is the GEMM ``C = A @ B`` whose operands are gathered from the
 input and the weight on the fly (``Col[k, p] = Xpad[n, c, oh*sh + kh*dh, ow*sw + kw*dw]``):

@@ -145,10 +145,9 @@ def schedule_small(sch: s_tir.Schedule, cfg: SmallConfig) -> None:
 def schedule_tensorcore(sch: s_tir.Schedule, cfg: TensorCoreConfig, in_dtype: str, trans_b: bool) -> None:
     """wmma 16x16x16 tensorization with warp tiling (see module doc). ``C`` must be padded to the
     block tile; ``trans_b`` when B is ``(N, K)``. Raises when tensorization fails."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics; guide bug 6)
-    from tvm.s_tir.tensor_intrin.cuda import get_wmma_intrin_group
+    from .wmma import intrin_group  # registered in milliseconds, not TVM's ~20-100 s import
 
-    intrin = get_wmma_intrin_group("shared.dyn", "shared.dyn", in_dtype, "float32", trans_b)
+    intrin = intrin_group(in_dtype, trans_b)
     c = sch.get_sblock("C")
     i, j, k = sch.get_loops(c)
     i, i16 = sch.split(i, [None, 16])
