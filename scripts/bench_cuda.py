@@ -44,9 +44,11 @@ NORM_SHAPE = (8192, 1024)
 
 # -- workloads ---------------------------------------------------------------------------------
 
-def gemm_wl(n, dtype):
-    return Workload("matmul", [(n, n), (n, n)], [dtype, dtype], "float32",
-                    attrs={"transpose_b": False, "b_const": True, "out_shape": (n, n)})
+def gemm_wl(shape, dtype):
+    """``(M, K) @ (K, N)`` for ``shape = (M, N, K)`` (an int means a square problem)."""
+    M, N, K = (shape,) * 3 if isinstance(shape, int) else shape
+    return Workload("matmul", [(M, K), (K, N)], [dtype, dtype], "float32",
+                    attrs={"transpose_b": False, "b_const": True, "out_shape": (M, N)})
 
 
 def conv_wl(batch, C, H, O, k, stride, dtype):
@@ -68,12 +70,13 @@ def norm_wls():
                      attrs={"eps": 1e-5, "center": True, "scale": True, "out_shape": (rows, n)})]
 
 
-def cases(sections, quick):
+def cases(sections, quick, gemm_shapes=None):
     out = []
     if "gemm" in sections:
-        for n in GEMM_SIZES[:1] if quick else GEMM_SIZES:
+        shapes = gemm_shapes or [(n, n, n) for n in (GEMM_SIZES[:1] if quick else GEMM_SIZES)]
+        for shape in shapes:
             for dt in ("float32", "float16"):
-                out.append(("gemm", gemm_wl(n, dt)))
+                out.append(("gemm", gemm_wl(shape, dt)))
     if "conv" in sections:
         for layer in RESNET50_CONVS[:2] if quick else RESNET50_CONVS:
             for dt in ("float32", "float16"):
@@ -279,7 +282,8 @@ def gpu_arch() -> str | None:
 
 def label(wl):
     if wl.op == "matmul":
-        return f"gemm {wl.shapes[0][0]}^3 {wl.dtypes[0]}"
+        (M, K), N = wl.shapes[0], wl.shapes[1][1]
+        return f"gemm {M}^3 {wl.dtypes[0]}" if M == N == K else f"gemm {M}x{N}x{K} {wl.dtypes[0]}"
     if wl.op == "conv2d":
         return f"conv {wl.attr('data_layout')} {wl.dtypes[0]} x{list(wl.shapes[0])} w{list(wl.shapes[1])} s{wl.attr('strides')[0]}"
     return f"{wl.op} {list(wl.shapes[0])}"
@@ -289,6 +293,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", nargs="+", default=["gemm", "conv", "norm"], choices=["gemm", "conv", "norm"])
     ap.add_argument("--quick", action="store_true", help="fewer shapes, default configs only")
+    ap.add_argument("--gemm-shapes", nargs="+", metavar="MxNxK", help="GEMM shapes (default 1024^3 and 4096^3)")
     ap.add_argument("--dry-run", action="store_true", help="build every kernel and check launch limits; no GPU")
     ap.add_argument("--arch", help="CUDA arch (default: the GPU's, or sm_80 for --dry-run)")
     ap.add_argument("--no-stock", action="store_true", help="skip stock TVM (dlight)")
@@ -307,7 +312,8 @@ def main(argv=None):
     print(f"target: {ext.target.describe(target)}; dry run: {args.dry_run}", flush=True)
     path = args.json or os.path.join(os.environ.get("OUT") or "out", "bench_cuda.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    todo, rows = cases(args.sections, args.quick), []
+    gemm_shapes = [tuple(int(v) for v in g.lower().split("x")) for g in args.gemm_shapes or []]
+    todo, rows = cases(args.sections, args.quick, gemm_shapes), []
 
     def save(summary=None):
         with open(path, "w") as f:

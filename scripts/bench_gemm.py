@@ -138,7 +138,15 @@ def main(argv=None):
     ap.add_argument("--no-libraries", action="store_true", help="ext's own kernels only (no vendor libraries)")
     ap.add_argument("--json", help="write results as JSON")
     ap.add_argument("--plot", help="write a PNG bar chart")
+    ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: run scripts/bench_cuda.py's GEMM section on these shapes (needs a GPU)")
     args = ap.parse_args(argv)
+    if args.target == "cuda":
+        from bench_cuda import main as cuda_main
+
+        extra = ["--json", args.json] if args.json else []
+        return cuda_main(["--sections", "gemm", "--gemm-shapes", *args.shapes] + extra
+                         + (["--no-stock"] if args.no_stock else []))
     target = ext.target.cpu()
     print(f"target: {ext.target.describe(target)}; numpy threads via OpenBLAS; TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}")
     rows = []
