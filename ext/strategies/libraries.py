@@ -84,10 +84,25 @@ def _default(wl, target):
     return LibraryConfig(1 if wl.flops < SINGLE_THREAD_FLOPS else cores)
 
 
-def library_candidate(name: str, targets: tuple, library: str, check, build, suits=None) -> Candidate:
-    """A table entry for a library call (no knobs, ``needs_python``)."""
-    return register(Candidate(name, targets, PLEVEL.LIBRARY, check, LibraryConfig, space=_space,
-                              default=_default, build=build, suits=suits, needs_python=True,
+def _one_thread(wl, target):
+    return [_one_thread_default(wl, target)]
+
+
+def _one_thread_default(wl, target):
+    return LibraryConfig(1 if _cores(target) else 0)
+
+
+def library_candidate(name: str, targets: tuple, library: str, check, build, suits=None,
+                      threads: str = "any") -> Candidate:
+    """A table entry for a library call (``needs_python``; one knob, ``threads``).
+
+    ``threads="one"`` pins a CPU library to one thread: PyTorch's OpenMP team, sharing the
+    cores with TVM's spinning thread pool, took ~30 ms per 64x64x64 GEMM and once livelocked
+    a benchmark round for over ten minutes on the loaded 2-core machine.
+    """
+    space, default = (_space, _default) if threads == "any" else (_one_thread, _one_thread_default)
+    return register(Candidate(name, targets, PLEVEL.LIBRARY, check, LibraryConfig, space=space,
+                              default=default, build=build, suits=suits, needs_python=True,
                               library=library))
 
 
@@ -139,9 +154,9 @@ def _torch_check(device):
 library_candidate("matmul.openblas", ("llvm",), "openblas", _openblas_check,
                   _matmul_build(blas.FUNC, "matmul.openblas"), _matmul_suits)
 library_candidate("matmul.onednn", ("llvm",), "onednn", _torch_check("cpu"),
-                  _matmul_build(torch_ops.MATMUL, "matmul.onednn"), _matmul_suits)
+                  _matmul_build(torch_ops.MATMUL, "matmul.onednn"), _matmul_suits, threads="one")
 library_candidate("matmul.cublas", ("cuda",), "cublas", _torch_check("cuda"),
-                  _matmul_build(torch_ops.MATMUL, "matmul.cublas"))
+                  _matmul_build(torch_ops.MATMUL, "matmul.cublas"), threads="one")
 
 
 # -- conv2d ------------------------------------------------------------------------------------
@@ -186,5 +201,6 @@ def _conv_suits(wl: Workload, target) -> str | None:
     return "not measured faster than ext's kernels here (scripts/bench_libraries.py); a tuning log may still pick it"
 
 
-library_candidate("conv2d.onednn", ("llvm",), "onednn", _conv_check("cpu"), _conv_build("conv2d.onednn"), _conv_suits)
-library_candidate("conv2d.cudnn", ("cuda",), "cudnn", _conv_check("cuda"), _conv_build("conv2d.cudnn"))
+library_candidate("conv2d.onednn", ("llvm",), "onednn", _conv_check("cpu"), _conv_build("conv2d.onednn"),
+                  _conv_suits, threads="one")
+library_candidate("conv2d.cudnn", ("cuda",), "cudnn", _conv_check("cuda"), _conv_build("conv2d.cudnn"), threads="one")
