@@ -22,6 +22,9 @@ A call ``y = call_tir(f, (..., x, ...))`` is rewritten, overwriting ``x``, when
   only at the same memory offset (proved on the block's read/write regions),
   so every element is read before it is overwritten, by the same iteration.
 
+A reshape kernel over a dying fresh tensor (stock ``RewriteDataflowReshape``
+leaves those that produce a function output as copies) becomes a view.
+
 The in-place PrimFunc drops the output parameter and declares the output
 buffer over ``x``'s data (rebuilt through TVMScript: TVM 0.27 has no
 Python-side TIR mutator; any failure leaves the call as it was).
@@ -188,6 +191,8 @@ class _Rewrite(PyExprMutator):
             new = self._try(value, uses, producers) if isinstance(value, relax.Call) else None
             if new is None:
                 out.append(b)
+            elif not new.op.same_as(_CALL_TIR_INPLACE):  # a reshape view
+                out.append(relax.VarBinding(b.var, new))
             elif _same_shape(new.args[1].fields[int(new.attrs.inplace_indices[0])].ty, b.var.ty):
                 producers[b.var] = new
                 out.append(relax.VarBinding(b.var, new))
@@ -205,9 +210,13 @@ class _Rewrite(PyExprMutator):
         func = self.mod_[gv]
         if not isinstance(func, tirx.PrimFunc) or len(func.params) != len(args) + 1:
             return None
+        reshape = relax.analysis.has_reshape_pattern(func)
         for i, x in enumerate(args):
             if not isinstance(x, relax.DataflowVar) or uses[x] != 1 or not self._fresh(producers.get(x)):
                 continue
+            if reshape and len(args) == 1:  # a copy into a new shape of a dying tensor: a view
+                self.rewritten += 1
+                return relax.op.reshape(x, call.ty.shape)
             key = (gv, i)
             if key not in self.made:
                 try:
