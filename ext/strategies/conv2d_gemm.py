@@ -65,8 +65,9 @@ def _build(name):
         M, P, K = cv.gemm_dims(g)
         X, W2, *extras = placeholders(wl, (M, K))
         Bp = cv.im2col_packed(X, g, cfg.nb)
-        views = [cv.as_gemm_operand(e, g, f"V{i}") for i, e in enumerate(extras)]
-        _, D = mm.matmul_tiled(W2, Bp, M=M, N=P, K=K, b_layout="packed", nb=cfg.nb, epilogue=wl.epilogue,
+        Np = ceil_to(P, cfg.nb)  # D keeps the padded columns: no predicate in the vectorized write-back
+        views = [cv.as_gemm_operand(e, g, f"V{i}", Np) for i, e in enumerate(extras)]
+        _, D = mm.matmul_tiled(W2, Bp, M=M, N=Np, K=K, b_layout="packed", nb=cfg.nb, epilogue=wl.epilogue,
                                extras=views, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
         out = cv.gemm_to_nchw(D, g)
         sch = create_schedule([X, W2, *extras, out])

@@ -250,13 +250,16 @@ def im2col_packed(X: te.Tensor, g: ConvGeom, nb: int) -> te.Tensor:
     return te.compute((_i64(ceil_to(P, nb) // nb), _i64(K), _i64(nb)), body, name="Bp")
 
 
-def as_gemm_operand(E: te.Tensor, g: ConvGeom, name: str) -> te.Tensor:
+def as_gemm_operand(E: te.Tensor, g: ConvGeom, name: str, cols: int) -> te.Tensor:
     """An NCHW-broadcastable epilogue tensor (bias ``(1, O, 1, 1)``, residual ``(1, O, OH, OW)``) seen as
-    ``(O, OH*OW)``, the GEMM output's shape (batch 1); inlined by the schedule."""
+    ``(O, cols)``, the GEMM output's shape (batch 1, pixels padded to ``cols``); inlined by the schedule."""
+    last = g.OH * g.OW - 1
+
     def body(o, p):
+        p = te.min(p, _i64(last))
         return E[tuple(ep.broadcast_index(E, (_i64(0), o, p // g.OW, p % g.OW)))]
 
-    return te.compute((_i64(g.O), _i64(g.OH * g.OW)), body, name=name)
+    return te.compute((_i64(g.O), _i64(cols)), body, name=name)
 
 
 def gemm_to_nchw(D: te.Tensor, g: ConvGeom) -> te.Tensor:

@@ -1,0 +1,197 @@
+"""Benchmark ext's conv2d kernels on ResNet layers against PyTorch and stock TVM.
+
+For each layer (NCHW, fp32, conv + bias + relu fused in ext; PyTorch times
+``F.conv2d(x, w, bias)`` without the relu): every applicable ext candidate
+with its default config, ext's pick (a one-conv Relax module with constant
+weights through the untuned ``ext.build``), ``torch.nn.functional.conv2d``
+and, with ``--stock``, stock TVM's default pipeline (untuned). Times are
+medians over ``--rounds`` alternating rounds (ext pick, then PyTorch, in the
+same process), ratios are per-round and their median is reported, so both
+sides see the same machine load.
+
+Run under the shared lock on a shared machine::
+
+    flock /tmp/ext-bench.lock .venv/bin/python scripts/bench_conv2d.py
+    .venv/bin/python scripts/bench_conv2d.py --model resnet50 --batch 2 --candidates --plot conv.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+# (name, C, H, O, K, stride, pad)
+RESNET18 = [
+    ("r18.conv1 7x7/2", 3, 224, 64, 7, 2, 3),
+    ("r18.3x3 56x56x64", 64, 56, 64, 3, 1, 1),
+    ("r18.3x3 28x28x128", 128, 28, 128, 3, 1, 1),
+    ("r18.3x3 14x14x256", 256, 14, 256, 3, 1, 1),
+    ("r18.3x3 7x7x512", 512, 7, 512, 3, 1, 1),
+    ("r18.3x3/2 56->28x128", 64, 56, 128, 3, 2, 1),
+    ("r18.3x3/2 28->14x256", 128, 28, 256, 3, 2, 1),
+    ("r18.3x3/2 14->7x512", 256, 14, 512, 3, 2, 1),
+    ("r18.1x1/2 56->28x128", 64, 56, 128, 1, 2, 0),
+    ("r18.1x1/2 28->14x256", 128, 28, 256, 1, 2, 0),
+    ("r18.1x1/2 14->7x512", 256, 14, 512, 1, 2, 0),
+]
+RESNET50 = [
+    ("r50.1x1 56x56 64->256", 64, 56, 256, 1, 1, 0),
+    ("r50.1x1 56x56 256->64", 256, 56, 64, 1, 1, 0),
+    ("r50.3x3 28x28x128", 128, 28, 128, 3, 1, 1),
+    ("r50.1x1 28x28 512->128", 512, 28, 128, 1, 1, 0),
+    ("r50.1x1 14x14 1024->256", 1024, 14, 256, 1, 1, 0),
+    ("r50.3x3 7x7x512", 512, 7, 512, 3, 1, 1),
+    ("r50.1x1 7x7 512->2048", 512, 7, 2048, 1, 1, 0),
+]
+MODELS = {"resnet18": RESNET18, "resnet50": RESNET50, "small": RESNET18[1:2] + RESNET18[8:9]}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", choices=[*MODELS, "all"], default="resnet18")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=7, help="alternating measurement rounds")
+    p.add_argument("--number", type=int, default=10, help="runs per timing burst")
+    p.add_argument("--threads", type=int, default=0, help="threads for TVM and PyTorch (0: all usable cores)")
+    p.add_argument("--candidates", action="store_true", help="also time every applicable candidate")
+    p.add_argument("--stock", action="store_true", help="also time stock TVM's default pipeline (slow)")
+    p.add_argument("--layers", default="", help="comma-separated substrings selecting layers")
+    p.add_argument("--json", default="", help="write the results here")
+    p.add_argument("--plot", default="", help="write a bar chart of the ratios here (needs matplotlib)")
+    return p.parse_args()
+
+
+def conv_module(x_shape, w, b, stride, pad):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=pad)
+            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1)))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def vm_timer(ex, x, number):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    arg = tvm.runtime.tensor(x)
+    f = vm.time_evaluator("main", tvm.cpu(), number=number, repeat=1)
+    return lambda: f(arg).mean
+
+
+def torch_timer(x, w, b, stride, pad, number):
+    import torch
+
+    X, W, B = (torch.from_numpy(a) for a in (x, w, b))
+    torch.nn.functional.conv2d(X, W, B, stride, pad)
+
+    def run():
+        t0 = time.perf_counter()
+        for _ in range(number):
+            torch.nn.functional.conv2d(X, W, B, stride, pad)
+        return (time.perf_counter() - t0) / number
+
+    return run
+
+
+def main():
+    args = parse_args()
+    if args.threads:
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    import ext  # sets TVM_NUM_THREADS before any parallel TVM call
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    from ext.runner import CompiledCandidate
+    from ext.strategies import REGISTRY
+    from ext.workload import Workload
+
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    torch.set_num_threads(threads)
+    target = ext.target.cpu()
+    layers = RESNET18 + RESNET50 if args.model == "all" else MODELS[args.model]
+    if args.layers:
+        layers = [lay for lay in layers if any(s in lay[0] for s in args.layers.split(","))]
+    rng = np.random.default_rng(0)
+    results = []
+    print(f"threads={threads} batch={args.batch} rounds={args.rounds} ({ext.target.describe(target)})")
+    print(f"{'layer':24s} {'pick':22s} {'ext ms':>8s} {'torch ms':>8s} {'ratio':>6s} {'best':>6s}  why")
+    for name, C, H, O, K, s, p in layers:
+        N = args.batch
+        x = rng.uniform(-1, 1, (N, C, H, H)).astype("float32")
+        w = rng.uniform(-1, 1, (O, C, K, K)).astype("float32") / math.sqrt(C * K * K)
+        b = rng.uniform(-1, 1, (O,)).astype("float32")
+        ex = ext.build(conv_module(x.shape, w, b, (s, s), (p, p)), target)
+        dec = ext.last_report().find("conv2d")[0]
+        why = next((a.reason for a in dec.alternatives if a.status == "unsuited" and "Winograd" in a.reason), "")
+        why = why or dec.reason
+        ext_t, tor_t = vm_timer(ex, x, args.number), torch_timer(x, w, b, s, p, args.number)
+        ext_t(), tor_t()  # warm up
+        te_, tt_, ratios = [], [], []
+        for _ in range(args.rounds):
+            a, c = ext_t(), tor_t()
+            te_.append(a)
+            tt_.append(c)
+            ratios.append(a / c)
+        row = {"layer": name, "pick": dec.name, "config": dec.to_json()["config"], "ext_ms": statistics.median(te_) * 1e3,
+               "torch_ms": statistics.median(tt_) * 1e3, "ratio": statistics.median(ratios), "best_ratio": min(ratios),
+               "why": why, "candidates": {}}
+        if args.candidates:
+            wl = dec.workload
+            xs = [x, w, b.reshape(1, -1, 1, 1)]
+            for cand in REGISTRY.for_op("conv2d"):
+                if not cand.applies(wl, target) or cand.needs_python:
+                    continue
+                try:
+                    tm = CompiledCandidate(cand, wl, cand.default_config(wl, target), target).timer(
+                        xs, number=args.number, repeat=3)
+                    row["candidates"][cand.name] = tm() * 1e3
+                except Exception as err:  # noqa: BLE001 - report and go on
+                    row["candidates"][cand.name] = f"failed: {type(err).__name__}"
+        if args.stock:
+            stock = relax.build(conv_module(x.shape, w, b, (s, s), (p, p)), tvm.target.Target(target))
+            row["stock_ms"] = vm_timer(stock, x, 1)() * 1e3
+        results.append(row)
+        print(f"{name:24s} {dec.name:22s} {row['ext_ms']:8.3f} {row['torch_ms']:8.3f} {row['ratio']:6.2f} "
+              f"{row['best_ratio']:6.2f}  {why}", flush=True)
+        for cname, ms in row["candidates"].items():
+            print(f"{'':24s}   {cname:22s} {ms if isinstance(ms, str) else f'{ms:8.3f}'}")
+        if "stock_ms" in row:
+            print(f"{'':24s}   {'stock TVM untuned':22s} {row['stock_ms']:8.3f}")
+    s1 = [r["ratio"] for r in results if "3x3 " in r["layer"] and "/2" not in r["layer"]]
+    if s1:
+        print(f"geometric mean ratio, 3x3 stride-1 layers: {math.exp(sum(map(math.log, s1)) / len(s1)):.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": threads, "batch": args.batch, "results": results}, f, indent=1)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(10, 4))
+        ax.bar(range(len(results)), [r["ratio"] for r in results])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(results)), [r["layer"] for r in results], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("ext time / PyTorch time")
+        fig.tight_layout()
+        fig.savefig(args.plot)
+
+
+if __name__ == "__main__":
+    main()
