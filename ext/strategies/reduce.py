@@ -88,17 +88,29 @@ def _ceil_to(v, m):
     return -(-v // m) * m
 
 
+def _chunks(R: int, cores: int) -> int:
+    """A divisor of R near 2 * cores (1 when R has none but itself)."""
+    for c in range(2 * cores, 1, -1):
+        if R % c == 0:
+            return c
+    return 1
+
+
 def _outer_default(wl, target):
-    O, _, I = _dims(wl)
-    lanes = _lanes(target)
-    per_task = I if O >= _cores(target) else -(-I // _cores(target))
+    O, R, I = _dims(wl)
+    lanes, cores = _lanes(target), _cores(target)
+    if O < cores and R >= 64 and O * R * I >= 1 << 12 and _chunks(R, cores) > 1:
+        return OuterConfig(cols=_ceil_to(I, lanes), lanes=lanes, chunks=_chunks(R, cores))
+    per_task = I if O >= cores else -(-I // cores)
     return OuterConfig(cols=max(lanes, min(1024, _ceil_to(per_task, lanes))), lanes=lanes)
 
 
 def _outer_space(wl, target):
     lanes = _lanes(target)
     I = _dims(wl)[2]
-    return [OuterConfig(c, lanes) for c in (lanes, 4 * lanes, 16 * lanes, 64 * lanes) if c < _ceil_to(I, lanes) + lanes]
+    space = [OuterConfig(c, lanes) for c in (lanes, 4 * lanes, 16 * lanes, 64 * lanes) if c < _ceil_to(I, lanes) + lanes]
+    R = _dims(wl)[1]
+    return space + [OuterConfig(_ceil_to(I, lanes), lanes, c) for c in (2, 4, 8) if R % c == 0 and R >= 2 * c]
 
 
 def _outer_build(wl, cfg: OuterConfig, target):

@@ -11,7 +11,12 @@
     parallel for i0 in I / cols:
         acc[cols] = identity                       # cols floats, L1
         for k in [0, R): for i1 (lanes-wide vectors): acc[i1] = acc[i1] (op) X[o, k, i0*cols + i1]
-        Y[o, i0*cols : +cols] = acc                # every row of X streamed contiguously
+        Y[o, i0*cols : +cols] = acc
+
+  or, with ``chunks > 1`` (few outputs, a long reduced axis), every thread streams
+  whole rows of its slice of ``k`` into a partial row, then the partial rows are
+  combined: splitting columns instead reads one page-sized piece per row, which
+  defeats the hardware prefetcher (3x slower measured on 4096x4096 over axis 0).
 
 ``split`` (``I == 1``, few rows, one long reduction): every thread reduces
 whole ``lanes``-vectors of one chunk of the row, then the ``chunks * lanes``
@@ -38,10 +43,12 @@ class InnerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OuterConfig:
-    """``cols`` kept inner elements per parallel task (a multiple of ``lanes``)."""
+    """``cols`` kept inner elements per parallel task (a multiple of ``lanes``); ``chunks > 1``
+    (a divisor of R) splits the reduced axis across threads instead (partial rows, then a sum)."""
 
     cols: int = 64
     lanes: int = 16
+    chunks: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +80,9 @@ def schedule_inner(sch: s_tir.Schedule, cfg: InnerConfig) -> None:
 
 
 def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
+    if cfg.chunks > 1:
+        _outer_chunked(sch, cfg)
+        return
     out = sch.get_sblock("out")
     o, i = sch.get_loops(out)
     i0, i1 = sch.split(i, [None, cfg.cols])
@@ -84,6 +94,26 @@ def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
     _vectorize(sch, ai, cfg.lanes)
     sch.decompose_reduction(acc, ak)
     _vectorize(sch, i1, cfg.lanes)
+
+
+def _outer_chunked(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
+    """Threads take ``chunks`` slices of the reduced axis, each streaming whole rows of X into a
+    partial row (prefetch-friendly: a column split reads one page-sized piece per row)."""
+    acc = sch.get_sblock("acc")
+    o, i, k = sch.get_loops(acc)
+    k0, k1 = sch.split(k, [cfg.chunks, None])
+    rf = sch.rfactor(k0, factor_axis=0)  # acc_rf[chunk, o, i]
+    ro, ri, rk0, rk1 = sch.get_loops(rf)
+    sch.reorder(rk0, ro, rk1, ri)
+    sch.parallel(sch.fuse(rk0, ro))
+    _vectorize(sch, ri, cfg.lanes)
+    sch.decompose_reduction(rf, rk1)
+    fo, fi, fk = sch.get_loops(acc)
+    sch.reorder(fo, fk, fi)
+    _vectorize(sch, fi, cfg.lanes)
+    sch.decompose_reduction(acc, fk)
+    out = sch.get_sblock("out")
+    _vectorize(sch, sch.get_loops(out)[-1], cfg.lanes)
 
 
 def schedule_split(sch: s_tir.Schedule, cfg: SplitConfig) -> None:
