@@ -2,7 +2,9 @@
 
 Stages (a flat, named sequence)::
 
+    FoldBatchNorm      conv2d [+ bias] -> batch_norm folded into the conv's weights and a bias
     Canonicalize       DecomposeOpsForInference, FoldConstant, CSE, DCE
+    LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
     LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report
     FoldConstant       weight packing of constants happens here, at compile time
@@ -23,6 +25,8 @@ from tvm import relax
 
 from . import relax_passes as rp
 from .relax_passes.elemwise_math import LowerElementwiseMath
+from .relax_passes.fold_batchnorm import FoldBatchNorm
+from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.inplace import UseInplaceCalls
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
@@ -75,7 +79,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         cpu_target = tgt.kind.name == "llvm"
         with tgt:
             seq = tvm.transform.Sequential(
-                [rp.Canonicalize(), rp.FuseEpilogues(), rp.LowerToCandidates(selector, rep),
+                [FoldBatchNorm(), rp.Canonicalize(), LayoutPolicy(tgt),
+                 rp.FuseEpilogues(), rp.LowerToCandidates(selector, rep),
                  relax.transform.FoldConstant()]
                 + ([LowerElementwiseMath()] if cpu_target else [])
                 + backend.legalize_passes(tgt)
