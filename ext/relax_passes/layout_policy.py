@@ -123,7 +123,9 @@ def LayoutPolicy(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
 
     def transform(mod, _ctx):
         if cpu and _needs_conversion(mod):
-            mod = relax.transform.FoldConstant()(relax.transform.ConvertLayout(WANT)(mod))  # permuted weights
+            mod = relax.transform.ConvertLayout(WANT)(mod)
+            # fold the permuted constant weights; share the input's transpose between its users
+            mod = relax.transform.EliminateCommonSubexpr()(relax.transform.FoldConstant()(mod))
         return CancelLayoutPairs()(mod)
 
     return tvm.transform.module_pass(transform, opt_level=0, name="ext.LayoutPolicy")
