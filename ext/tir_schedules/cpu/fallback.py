@@ -3,11 +3,11 @@
 Stock TVM leaves CPU loops serial and scalar. For each block (after inlining
 injective producers into their consumers):
 
-* spatial-only blocks: fuse the loop nest; split off ``lanes`` innermost
-  elements to vectorize when the innermost loop is contiguous and divisible
-  (or the nest is 1-D: predicated tail); rows longer than a vector but not a
-  multiple of it are vectorized row by row with a predicated tail;
-  parallelize the outer part when there is enough work;
+* spatial-only blocks: when the innermost axis holds at least a vector,
+  split it into vectors (a predicated tail when ragged) and parallelize the
+  other loops fused with the vector loop; otherwise fuse the nest and vectorize
+  ``lanes`` elements of it when the innermost axis divides evenly; parallelize
+  only when there is enough work;
 * reductions (``S..S R..R``): parallelize the fused spatial loops; when the
   innermost reduction is over a contiguous axis, leave it serial (LLVM
   vectorizes simple sums poorly without rfactor: the norm/reduce candidates
@@ -44,12 +44,13 @@ def _spatial(sch, loops, doms, lanes) -> None:
     for d in doms:
         work = work * d if isinstance(d, int) else work * 1024
     inner_dom = doms[-1]
-    if isinstance(inner_dom, int) and inner_dom % lanes and inner_dom > lanes and len(loops) > 1:
-        # ragged rows: vectorize each row with a predicated tail, parallelize the rows
-        _, vec = sch.split(loops[-1], [None, lanes])
+    if isinstance(inner_dom, int) and inner_dom >= lanes:
+        # vectorize the innermost axis itself (a predicated tail when ragged): its indices stay
+        # affine in the lane, where a vector over the fused nest would need a // and % per lane
+        io, vec = sch.split(loops[-1], [None, lanes])
         sch.vectorize(vec)
         if work >= MIN_PARALLEL_WORK:
-            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+            sch.parallel(sch.fuse(*loops[:-1], io) if len(loops) > 1 else io)
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     if isinstance(inner_dom, int) and isinstance(work, int) and work >= lanes and (
