@@ -182,6 +182,7 @@ def rotated(contenders: dict, reference: str, rounds: int, min_seconds: float = 
     for r in range(rounds):
         for n in names[r % len(names):] + names[: r % len(names)]:
             times[n].append(burst(contenders[n], min_seconds))
+            time.sleep(0.01)  # let a library's spinning threads go idle before the next contender
     ref = times[reference]
     keep = [i for i, t in enumerate(ref) if t <= 1.5 * min(ref)]
     if len(keep) < (rounds + 1) // 2:

@@ -257,7 +257,7 @@ def test_measured_selection_times_libraries_and_caches(cpu_target, tmp_path, mon
     monkeypatch.setenv("EXT_LIBRARY_TIMINGS", str(tmp_path / "timings.json"))
     fake = {"matmul.direct": 3e-6, "matmul.packed": 3e-6, "matmul.openblas@threads=1": 1e-6,
             "matmul.openblas@threads=2": 1.5e-6, "matmul.onednn": 2e-6}
-    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: fake.get(n, 5e-6) for n in calls})
+    monkeypatch.setattr(measure, "race", lambda calls, *a, **k: {n: [fake.get(n, 5e-6)] * 3 for n in calls})
     mod, params = dense(24, 40, 56)
     ex = ext.build(mod, cpu_target, libraries="measure")
     (d,) = ext.last_report().decisions
@@ -274,12 +274,22 @@ def test_measured_selection_times_libraries_and_caches(cpu_target, tmp_path, mon
     assert ext.last_report().decisions[0].name == "matmul.openblas"
 
 
+def test_measured_selection_needs_a_clear_win():
+    from ext.libraries.measure import pick
+
+    ours, lib = "matmul.packed", "matmul.openblas"
+    assert pick({ours: [1.0, 1.0, 1.0], lib: [0.8, 0.8, 0.8]}, ours) == lib
+    assert pick({ours: [1.0, 1.0, 1.0], lib: [0.95, 0.95, 0.95]}, ours) == ours  # within the 10% margin
+    assert pick({ours: [1.0, 1.0, 0.1, 0.1, 1.0], lib: [0.5, 0.5, 2.0, 2.0, 0.5]}, ours) == lib
+    assert pick({ours: [1.0, 0.1, 0.1, 0.1, 1.0], lib: [0.5, 0.5, 0.5, 0.5, 0.5]}, ours) == ours
+
+
 def test_measured_selection_never_picks_a_wrong_library(cpu_target, tmp_path, monkeypatch):
     from ext.libraries import measure
 
     monkeypatch.setenv("EXT_LIBRARY_TIMINGS", "")
     monkeypatch.setattr(measure, "race",
-                        lambda calls, *a, **k: {n: (1e-9 if n.startswith("matmul.openblas") else 1.0) for n in calls})
+                        lambda calls, *a, **k: {n: [1e-9 if n.startswith("matmul.openblas") else 1.0] for n in calls})
 
     @tvm.register_global_func("ext.lib.openblas.matmul", override=True)
     def wrong(a, b, transpose_b, threads, out):

@@ -8,7 +8,9 @@ thread counts) with ``CompiledCandidate``, checks each
 library's output against ours (a wrong or crashing library is never chosen),
 times them in alternating rounds (rotating the order, so a library's spinning
 thread pool does not always slow the same contender) and returns the fastest
-as a history record (decision source ``"measured"``). Records are cached in
+as a history record (decision source ``"measured"``); a library must beat
+ours by 10% in most rounds (``MARGIN``), so noise on shared cores does not
+swap in a library that is slower in steady state. Records are cached in
 memory and in a JSON file keyed by workload, target, candidate versions and
 TVM version, so a rebuild costs nothing. A tuning log, when given, is asked
 first.
@@ -56,14 +58,33 @@ def _suffix(cfg, space) -> str:
     return "@" + ",".join(f"{k}={v}" for k, v in config_to_dict(cfg).items())
 
 
+#: a library must beat ext's kernel by this factor, in most rounds, to be chosen: on shared
+#: cores a noisy round must not swap in a library that is slower in steady state
+MARGIN = 0.9
+
+#: pause after each burst so a library's spinning threads go idle before the next contender
+SETTLE_S = 0.01
+
+
 def race(calls: dict, rounds: int = 5, min_seconds: float = 0.02) -> dict:
-    """Median seconds per call of each contender, in ``rounds`` rotated-order rounds."""
+    """Per-round mean seconds per call of each contender, in rotated-order rounds."""
     names = list(calls)
     times = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[: r % len(names)]:
             times[n].append(_burst(calls[n], min_seconds))
-    return {n: statistics.median(ts) for n, ts in times.items()}
+            time.sleep(SETTLE_S)
+    return times
+
+
+def pick(times: dict, ours: str) -> str:
+    """``ours`` unless a contender's median is below ``MARGIN`` x ours and it won most rounds."""
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    best = min(med, key=med.get)
+    if best == ours:
+        return ours
+    wins = sum(a < b for a, b in zip(times[best], times[ours]))
+    return best if med[best] < MARGIN * med[ours] and wins > len(times[ours]) // 2 else ours
 
 
 class LibraryTimings:
@@ -147,10 +168,11 @@ class LibraryTimings:
         if len(calls) < 2:
             return None
         with timing_lock():
-            times = race(calls, self.rounds, self.min_seconds)
+            rounds = race(calls, self.rounds, self.min_seconds)
+        times = {n: statistics.median(ts) for n, ts in rounds.items()}
         results.update(times)
         self.last[wl.key] = results
-        winner = min(times, key=times.get)
+        winner = pick(rounds, ours.name)
         cand, cfg = contenders[winner]
         rec = {"candidate": cand.name, "config": config_to_dict(cfg), "seconds": times[winner],
                "times": {k: v for k, v in results.items()}}

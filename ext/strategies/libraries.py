@@ -20,10 +20,17 @@ conv2d.cudnn       cuda     cudnn      ``ext.lib.torch.conv2d``
 =================  =======  =========  =================================
 
 Cost of the library path beyond the GEMM itself: the VM -> Python call and
-DLPack views (a few microseconds, see ``scripts/bench_libraries.py``), plus
-the epilogue pass over the output. ``suits`` keeps libraries off the shapes
-where that overhead is measured to lose (plevel selection); a tuning log
-measures them like any other candidate.
+DLPack views (an empty packed call through the VM: ~1.4 us; a 64x64x64 GEMM
+through OpenBLAS ~2x our direct kernel, see ``scripts/bench_libraries.py``),
+plus the epilogue pass over the output.
+
+Selection. By plevel the libraries are ``unsuited`` on CPU: on this machine
+class (2 shared Zen 4 cores) ext's kernels won all 16 GEMM and conv cases of
+``scripts/bench_libraries.py`` (OpenBLAS 2-75x slower, PyTorch 3-60x; both
+suffer far more than TVM's pool when the cores are shared), so
+``libraries=True`` builds the same kernels as ``libraries=False`` unless a
+tuning log or ``libraries="measure"`` (build-time timing,
+``ext.libraries.measure``) shows a library winning.
 """
 from __future__ import annotations
 
@@ -108,6 +115,9 @@ def library_candidate(name: str, targets: tuple, library: str, check, build, sui
 
 # -- matmul ------------------------------------------------------------------------------------
 
+NOT_FASTER = ("measured slower than ext's kernels on every case of scripts/bench_libraries.py; "
+              "a tuning log or libraries='measure' may still pick it")
+
 #: below this many flops the library loses to our kernels: a call through Python costs a few
 #: microseconds (measured by scripts/bench_libraries.py) while our kernels finish in as many
 MATMUL_MIN_FLOPS = 2 ** 21
@@ -137,7 +147,7 @@ def _matmul_build(func_name: str, name: str):
 def _matmul_suits(wl: Workload, target) -> str | None:
     if wl.flops < MATMUL_MIN_FLOPS:
         return f"{wl.flops / 1e6:.2f} MFLOP: the library call's overhead outweighs the work"
-    return "not measured faster than ext's kernels here (scripts/bench_libraries.py); a tuning log may still pick it"
+    return NOT_FASTER
 
 
 def _openblas_check(wl, target):
@@ -198,7 +208,7 @@ def _conv_build(name: str):
 
 
 def _conv_suits(wl: Workload, target) -> str | None:
-    return "not measured faster than ext's kernels here (scripts/bench_libraries.py); a tuning log may still pick it"
+    return NOT_FASTER
 
 
 library_candidate("conv2d.onednn", ("llvm",), "onednn", _conv_check("cpu"), _conv_build("conv2d.onednn"),
