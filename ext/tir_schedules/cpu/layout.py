@@ -22,6 +22,7 @@ import dataclasses
 from tvm import s_tir
 
 from ..common import extent
+from .softmax import maybe_parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ChunkConfig:
 def schedule_blocked(sch: s_tir.Schedule, cfg: BlockedConfig) -> None:
     t = sch.get_sblock("T")
     b, s, r, e = sch.get_loops(t)
+    elems = extent(sch, b) * extent(sch, s) * extent(sch, r) * extent(sch, e)
     s0, s1 = sch.split(s, [None, cfg.tile_s])
     if extent(sch, r) >= cfg.lanes:
         r0, r1 = sch.split(r, [None, cfg.lanes])
@@ -51,15 +53,16 @@ def schedule_blocked(sch: s_tir.Schedule, cfg: BlockedConfig) -> None:
             sch.unroll(r1)
     else:
         sch.reorder(b, s0, s1, r, e)
-    sch.parallel(sch.fuse(b, s0))
+    maybe_parallel(sch, sch.fuse(b, s0), elems)
 
 
 def schedule_chunks(sch: s_tir.Schedule, cfg: ChunkConfig) -> None:
     t = sch.get_sblock("T")
     b, s, r, e = sch.get_loops(t)
+    elems = extent(sch, b) * extent(sch, s) * extent(sch, r) * extent(sch, e)
     if extent(sch, e) > cfg.lanes:
         _, e1 = sch.split(e, [None, cfg.lanes])
         sch.vectorize(e1)
     else:
         sch.vectorize(e)
-    sch.parallel(sch.fuse(b, s))
+    maybe_parallel(sch, sch.fuse(b, s), elems)

@@ -28,11 +28,12 @@ partials are combined serially::
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tvm import s_tir
 
 from ..common import extent
-from .softmax import rfactor_lanes, vectorize_rf
+from .softmax import maybe_parallel, rfactor_lanes, vectorize_rf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,11 @@ class SplitConfig:
     lanes: int = 16
 
 
+def _input_elems(sch) -> int:
+    """Elements of the reduced input X (the kernel's first parameter)."""
+    return math.prod(int(d) for d in sch.mod["main"].params[0].ty.shape)
+
+
 def _vectorize(sch, loop, lanes: int) -> None:
     n = extent(sch, loop)
     if n > lanes:
@@ -68,12 +74,13 @@ def _vectorize(sch, loop, lanes: int) -> None:
 
 def schedule_inner(sch: s_tir.Schedule, cfg: InnerConfig) -> None:
     acc = sch.get_sblock("acc")
+    elems = _input_elems(sch)
     rf = rfactor_lanes(sch, acc, cfg.lanes)
     out = sch.get_sblock("out")
     o, _ = sch.get_loops(out)
     o0, o1 = sch.split(o, [None, cfg.rows_per_task])
     sch.compute_at(acc, o1)
-    sch.parallel(o0)  # before decompose_reduction, which leaves blocks parallel() rejects
+    maybe_parallel(sch, o0, elems)  # before decompose_reduction, which leaves blocks parallel() rejects
     if rf is not None:
         sch.compute_at(rf, o1)
         vectorize_rf(sch, rf)
@@ -84,9 +91,10 @@ def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
         _outer_chunked(sch, cfg)
         return
     out = sch.get_sblock("out")
+    elems = _input_elems(sch)
     o, i = sch.get_loops(out)
     i0, i1 = sch.split(i, [None, cfg.cols])
-    sch.parallel(sch.fuse(o, i0))
+    maybe_parallel(sch, sch.fuse(o, i0), elems)
     acc = sch.get_sblock("acc")
     sch.compute_at(acc, sch.get_loops(out)[0], preserve_unit_loops=True)
     ai, ak = sch.get_loops(acc)[-2:]
@@ -100,12 +108,13 @@ def _outer_chunked(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
     """Threads take ``chunks`` slices of the reduced axis, each streaming whole rows of X into a
     partial row (prefetch-friendly: a column split reads one page-sized piece per row)."""
     acc = sch.get_sblock("acc")
+    elems = _input_elems(sch)
     o, i, k = sch.get_loops(acc)
     k0, k1 = sch.split(k, [cfg.chunks, None])
     rf = sch.rfactor(k0, factor_axis=0)  # acc_rf[chunk, o, i]
     ro, ri, rk0, rk1 = sch.get_loops(rf)
     sch.reorder(rk0, ro, rk1, ri)
-    sch.parallel(sch.fuse(rk0, ro))
+    maybe_parallel(sch, sch.fuse(rk0, ro), elems)
     _vectorize(sch, ri, cfg.lanes)
     sch.decompose_reduction(rf, rk1)
     fo, fi, fk = sch.get_loops(acc)
@@ -118,8 +127,9 @@ def _outer_chunked(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
 
 def schedule_split(sch: s_tir.Schedule, cfg: SplitConfig) -> None:
     part = sch.get_sblock("part")
+    elems = _input_elems(sch)
     o, t, l, c = sch.get_loops(part)
     sch.reorder(o, t, c, l)
-    sch.parallel(sch.fuse(o, t))
+    maybe_parallel(sch, sch.fuse(o, t), elems)
     sch.vectorize(l)
     sch.decompose_reduction(part, c)

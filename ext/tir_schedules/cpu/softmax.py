@@ -27,6 +27,23 @@ from tvm import s_tir
 from ..common import extent, has_block
 
 
+#: below this many elements a kernel runs on one thread: waking the pool costs a few us
+MIN_PARALLEL_ELEMS = 16384
+
+
+def maybe_parallel(sch, loop, elems: int) -> None:
+    """``parallel(loop)`` when the kernel touches at least ``MIN_PARALLEL_ELEMS`` elements."""
+    if elems >= MIN_PARALLEL_ELEMS and extent(sch, loop) > 1:
+        sch.parallel(loop)
+
+
+def _elems(sch, block) -> int:
+    n = 1
+    for loop in sch.get_loops(block):
+        n *= extent(sch, loop)
+    return n
+
+
 @dataclasses.dataclass(frozen=True)
 class RowConfig:
     """``rows_per_task`` rows per parallel iteration; ``lanes`` vector width of the row loops."""
@@ -67,6 +84,7 @@ def vectorize_rf(sch, rf) -> None:
 def _rows(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
     """Parallel row loop; ``blocks`` (consumers first) and their rfactor partials at the row."""
     out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
+    elems = _elems(sch, out)
     r, _ = sch.get_loops(out)
     r0, r1 = sch.split(r, [None, cfg.rows_per_task])
     if has_block(sch, "cast"):
@@ -75,7 +93,7 @@ def _rows(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
         sch.compute_at(sch.get_sblock(name), r1)
         if has_block(sch, name + "_rf"):
             sch.compute_at(sch.get_sblock(name + "_rf"), r1)
-    sch.parallel(r0)
+    maybe_parallel(sch, r0, elems)
 
 
 def schedule_rowwise(sch: s_tir.Schedule, cfg: RowConfig) -> None:
