@@ -9,9 +9,11 @@ lives only inside a kernel, so consecutive convs need no layout transforms.
 
 Selection without a tuning log (plevel + ``suits``, see ``conv2d_cost.py``):
 Winograd (SPECIALIZED) for 3x3 stride-1 layers where its analytic cost beats
-the direct kernel's; pointwise (SPECIALIZED) for 1x1; depthwise
-(SPECIALIZED) for groups == channels; the blocked direct kernel (BLOCKED)
-for the rest; im2col and NHWC direct (DIRECT) when nothing better applies.
+the direct kernel's (``wino_cost_ratio``); depthwise (SPECIALIZED) for
+groups == channels; the blocked direct kernel (BLOCKED) for the rest,
+1x1 included (it measured faster than ``conv2d.pointwise``, which stays
+available to tuning); im2col (DIRECT) is never preferred; NHWC direct serves
+NHWC workloads (the layout policy converts CPU graphs to NCHW first).
 """
 from __future__ import annotations
 
