@@ -50,11 +50,12 @@ def _default_short(wl, target):
                      lanes=_lanes(target))
 
 
-def _builder(schedule, name):
+def _builder(schedule, name, vector_rows: bool = False):
     def build(wl, cfg: RowConfig, target):
         rows, n = wl.shapes[0]
         X = te.placeholder((sm._i64(rows), sm._i64(n)), dtype=wl.dtypes[0], name="X")
-        Y = sm.softmax_rows(X, rows, n, wl.out_dtype)
+        pad = cfg.lanes if vector_rows and n >= 2 * cfg.lanes else 1  # whole vectors for the row reductions
+        Y = sm.softmax_rows(X, rows, n, wl.out_dtype, pad_to=pad)
         sch = create_schedule([X, Y])
         schedule(sch, cfg)
         return finish(sch, name)
@@ -73,8 +74,8 @@ def _short_suits(wl, target):
 
 
 register(Candidate("softmax.rowwise", ("llvm",), PLEVEL.BLOCKED, check_rows, RowConfig, space=_space,
-                   default=_default_rowwise, build=_builder(sched.schedule_rowwise, "softmax.rowwise"),
+                   default=_default_rowwise, build=_builder(sched.schedule_rowwise, "softmax.rowwise", True),
                    suits=_rowwise_suits))
 register(Candidate("softmax.short", ("llvm",), PLEVEL.DIRECT, check_rows, RowConfig, space=_space,
-                   default=_default_short, build=_builder(sched.schedule_short, "softmax.short"),
+                   default=_default_short, build=_builder(sched.schedule_short, "softmax.short", False),
                    suits=_short_suits))

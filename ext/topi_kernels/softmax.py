@@ -27,13 +27,27 @@ def _i64(v):
     return tirx.IntImm("int64", int(v))
 
 
-def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32") -> te.Tensor:
-    """``Y = softmax(X, axis=-1)`` for ``X`` of shape ``(rows, n)``; blocks ``max``, ``exp``, ``sum``, ``out``."""
-    k = te.reduce_axis((_i64(0), _i64(n)), name="k")
-    M = te.compute((_i64(rows),), lambda r: te.max(X[r, k], axis=k), name="max")
+def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32", pad_to: int = 1) -> te.Tensor:
+    """``Y = softmax(X, axis=-1)`` for ``X`` of shape ``(rows, n)``; blocks ``max``, ``exp``, ``sum``, ``out``.
+
+    ``pad_to > 1`` runs the two row reductions to a multiple of ``pad_to`` (reading -inf for the
+    max and 0 for the sum past ``n``) so that a schedule can split them into whole vectors.
+    """
+    npad = -(-n // pad_to) * pad_to
+    last = _i64(n - 1)
+
+    def padded(load, ident):
+        if npad == n:
+            return load
+        return lambda r, k: tirx.if_then_else(k < _i64(n), load(r, te.min(k, last)), ident)
+
+    k = te.reduce_axis((_i64(0), _i64(npad)), name="k")
+    x_at = padded(lambda r, kk: X[r, kk], tirx.min_value(X.dtype))
+    M = te.compute((_i64(rows),), lambda r: te.max(x_at(r, k), axis=k), name="max")
     E = te.compute((_i64(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
-    k2 = te.reduce_axis((_i64(0), _i64(n)), name="k2")
-    S = te.compute((_i64(rows),), lambda r: te.sum(E[r, k2], axis=k2), name="sum")
+    k2 = te.reduce_axis((_i64(0), _i64(npad)), name="k2")
+    e_at = padded(lambda r, kk: E[r, kk], tirx.const(0.0, X.dtype))
+    S = te.compute((_i64(rows),), lambda r: te.sum(e_at(r, k2), axis=k2), name="sum")
     one = tirx.const(1.0, X.dtype)
     Y = te.compute((_i64(rows), _i64(n)), lambda r, j: E[r, j] * (one / S[r]), name="out")
     return Y if out_dtype == X.dtype else te.compute(Y.shape, lambda *i: Y[i].astype(out_dtype), name="cast")
