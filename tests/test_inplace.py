@@ -6,7 +6,6 @@ import re
 import sys
 
 import numpy as np
-import pytest
 import tvm
 from tvm import relax, te
 

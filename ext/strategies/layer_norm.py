@@ -63,7 +63,8 @@ def _builder(name):
         G = te.placeholder((norm._i64(n),), dtype=wl.dtypes[1], name="gamma")
         B = te.placeholder((norm._i64(n),), dtype=wl.dtypes[2], name="beta")
         Y = norm.layer_norm_rows(X, G, B, rows, n, eps=float(wl.attr("eps", 1e-5)),
-                                 center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)))
+                                 center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)),
+                                 pad_to=cfg.lanes if n >= 2 * cfg.lanes else 1)
         sch = create_schedule([X, G, B, Y])
         schedule_layer_norm(sch, cfg)
         return finish(sch, name)

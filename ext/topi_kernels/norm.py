@@ -37,17 +37,28 @@ def _i64(v):
 
 
 def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, n: int, *, eps: float,
-                    center: bool = True, scale: bool = True) -> te.Tensor:
-    """``Y = layer_norm(X) * gamma + beta`` over the last axis; blocks ``s1``, ``s2``, ``mean``, ``rstd``, ``out``."""
+                    center: bool = True, scale: bool = True, pad_to: int = 1) -> te.Tensor:
+    """``Y = layer_norm(X) * gamma + beta`` over the last axis; blocks ``s1``, ``s2``, ``mean``, ``rstd``, ``out``.
+
+    ``pad_to > 1`` runs the sums to a multiple of ``pad_to`` (adding 0 past ``n``) so that a
+    schedule can split them into whole vectors.
+    """
     dt = X.dtype
     zero = _i64(0)
-    k1 = te.reduce_axis((zero, _i64(n)), name="k1")
-    k2 = te.reduce_axis((zero, _i64(n)), name="k2")
-    S1 = te.compute((_i64(rows),), lambda r: te.sum(X[r, k1] - X[r, zero], axis=k1), name="s1")
+    npad = -(-n // pad_to) * pad_to
+
+    def d(r, k):  # X[r, k] - K, 0 past the row
+        if npad == n:
+            return X[r, k] - X[r, zero]
+        return tirx.if_then_else(k < _i64(n), X[r, te.min(k, _i64(n - 1))] - X[r, zero], tirx.const(0.0, dt))
+
+    k1 = te.reduce_axis((zero, _i64(npad)), name="k1")
+    k2 = te.reduce_axis((zero, _i64(npad)), name="k2")
+    S1 = te.compute((_i64(rows),), lambda r: te.sum(d(r, k1), axis=k1), name="s1")
 
     def sq(r, k):
-        d = X[r, k] - X[r, zero]
-        return d * d
+        v = d(r, k)
+        return v * v
 
     S2 = te.compute((_i64(rows),), lambda r: te.sum(sq(r, k2), axis=k2), name="s2")
     inv_n = tirx.const(1.0 / n, dt)

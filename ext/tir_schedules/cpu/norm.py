@@ -9,23 +9,23 @@ of ``topi_kernels.norm``)::
         mean, rstd = per-row scalars from hsum(acc1), hsum(acc2)
         for k (vectorized): Y[r, k] = (X[r, k] - mean) * rstd * gamma[k] + beta[k]
 
-The row (3 KiB at n = 768) stays in L1 across the three sweeps. Rows whose
-length is not a multiple of ``lanes`` keep scalar sums and a predicated tail
-(see ``softmax.py``).
+The row (3 KiB at n = 768) stays in L1 across the three sweeps. The compute
+pads the sums of ragged rows to whole vectors; the output keeps a predicated
+vector tail.
 """
 from __future__ import annotations
 
 from tvm import s_tir
 
-from .softmax import RowConfig, _rows, _vectorize_inner, rfactor_lanes, vectorize_rf
+from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
 
 __all__ = ["RowConfig", "schedule_layer_norm"]
 
 
 def schedule_layer_norm(sch: s_tir.Schedule, cfg: RowConfig) -> None:
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("s1", "s2")]
-    _rows(sch, cfg, blocks=("rstd", "mean", "s2", "s1"))
+    row_loops(sch, cfg, blocks=("rstd", "mean", "s2", "s1"))
     for rf in rfs:
         if rf is not None:
             vectorize_rf(sch, rf)
-    _vectorize_inner(sch, sch.get_sblock("out"), cfg.lanes)
+    vectorize_inner(sch, sch.get_sblock("out"), cfg.lanes)

@@ -52,7 +52,7 @@ class RowConfig:
     lanes: int = 16
 
 
-def _vectorize_inner(sch, block, lanes: int) -> None:
+def vectorize_inner(sch, block, lanes: int) -> None:
     loop = sch.get_loops(block)[-1]
     n = extent(sch, loop)
     if n <= lanes:
@@ -81,7 +81,7 @@ def vectorize_rf(sch, rf) -> None:
     sch.decompose_reduction(rf, k0)
 
 
-def _rows(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
+def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
     """Parallel row loop; ``blocks`` (consumers first) and their rfactor partials at the row."""
     out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
     elems = _elems(sch, out)
@@ -98,16 +98,16 @@ def _rows(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
 
 def schedule_rowwise(sch: s_tir.Schedule, cfg: RowConfig) -> None:
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("max", "sum")]
-    _rows(sch, cfg)
+    row_loops(sch, cfg)
     for rf in rfs:
         if rf is not None:
             vectorize_rf(sch, rf)
     for name in ("out", "exp") + (("cast",) if has_block(sch, "cast") else ()):
-        _vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
+        vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
 
 
 def schedule_short(sch: s_tir.Schedule, cfg: RowConfig) -> None:
-    _rows(sch, cfg)
+    row_loops(sch, cfg)
     for name in ("out", "exp", "max", "sum"):
         loop = sch.get_loops(sch.get_sblock(name))[-1]
         if extent(sch, loop) <= 32:
