@@ -1,0 +1,65 @@
+"""Candidate table for pooling on CPU: ``pool2d.rows`` (max/avg, NCHW).
+
+Parallel over (n, c, output row), the output row in vector-width tiles with
+the window taps unrolled (the depthwise conv schedule: same block structure).
+Global / adaptive average pooling stays with the fallback schedule, whose
+parallel row reduction already runs at memory speed on ResNet's 7x7 maps.
+"""
+from __future__ import annotations
+
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise
+from ..topi_kernels import pool
+from ..topi_kernels.conv2d import ConvGeom
+from .conv2d import pick_reg_n, placeholders
+from .registry import PLEVEL, Candidate, register
+
+
+def geom(wl) -> ConvGeom:
+    n, c, h, w = wl.shapes[0]
+    kh, kw = wl.attr("pool_size")
+    out = wl.attr("out_shape")
+    g = ConvGeom(n, c, h, w, c, kh, kw, tuple(wl.attr("strides")), tuple(wl.attr("padding")),
+                 tuple(wl.attr("dilation")), c)
+    if (g.OH, g.OW) != (out[2], out[3]):  # ceil_mode: extra bottom/right padding reaches the last window
+        t, l, b, r = g.pad
+        g = ConvGeom(n, c, h, w, c, kh, kw, g.stride, (t, l, b + (out[2] - g.OH) * g.stride[0],
+                                                       r + (out[3] - g.OW) * g.stride[1]), g.dilation, c)
+    return g
+
+
+def _check(wl, target):
+    if wl.dtypes[0] not in ("float32", "float16") or wl.out_dtype != wl.dtypes[0]:
+        return f"float32/float16 only, got {wl.dtypes[0]} -> {wl.out_dtype}"
+    if wl.attr("layout") != "NCHW":
+        return f"layout {wl.attr('layout')} not handled (needs NCHW)"
+    if any(d == 0 for d in wl.shapes[0]):
+        return "zero-size dimension"
+    if wl.attr("kind") == "avg" and wl.attr("ceil_mode"):
+        return "avg pooling with ceil_mode: window counts differ between frameworks; stock lowering"
+    return None
+
+
+def _default(wl, target):
+    g, ln = geom(wl), cpu_info(target).lanes_f32
+    return RowConfig(reg_n=ln if g.OW >= ln else pick_reg_n(g.OW, ln))
+
+
+def _space(wl, target):
+    ln = cpu_info(target).lanes_f32
+    return [RowConfig(reg_n=r) for r in (4, 8, ln, 2 * ln)]
+
+
+def _build(wl, cfg: RowConfig, target):
+    g = geom(wl)
+    (X,) = placeholders(wl)
+    _, _, D = pool.pool2d_nchw(X, g, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
+                               ow_pad=cfg.reg_n)
+    sch = create_schedule([X, D])
+    schedule_depthwise(sch, cfg, cpu_info(target).lanes_f32)
+    return finish(sch, "pool2d.rows")
+
+
+register(Candidate("pool2d.rows", ("llvm",), PLEVEL.BLOCKED, _check, RowConfig, space=_space, default=_default,
+                   build=_build))
