@@ -55,7 +55,7 @@ def _build(wl, cfg: RowConfig, target):
     g = geom(wl)
     (X,) = placeholders(wl)
     _, _, D = pool.pool2d_nchw(X, g, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
-                               ow_pad=cfg.reg_n)
+                               ow_pad=cfg.reg_n, p_width_pad=cpu_info(target).lanes_f32)
     sch = create_schedule([X, D])
     schedule_depthwise(sch, cfg, cpu_info(target).lanes_f32)
     return finish(sch, "pool2d.rows")

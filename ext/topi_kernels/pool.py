@@ -17,14 +17,16 @@ from .conv2d import ConvGeom
 from .matmul import _i64, ceil_to
 
 
-def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool = False, ow_pad: int = 1):
-    """Returns ``(P, C, D)``; ``g`` describes the window (``KH, KW``, stride, padding, dilation, ``O == C``)."""
+def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool = False, ow_pad: int = 1,
+                p_width_pad: int = 1):
+    """Returns ``(P, C, D)``; ``g`` describes the window (``KH, KW``, stride, padding, dilation, ``O == C``).
+    ``P``'s rows are padded to a multiple of ``p_width_pad`` (the vector width) so its copy vectorizes."""
     sh, sw = g.stride
     dh, dw = g.dilation
     top, left = g.pad[0], g.pad[1]
     OWp = ceil_to(g.OW, ow_pad)
     Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
-    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
+    Wpd = ceil_to((OWp - 1) * sw + (g.KW - 1) * dw + 1, p_width_pad)
     dt = X.dtype
     fill = tirx.min_value(dt) if kind == "max" else tirx.const(0, dt)
 
