@@ -28,7 +28,7 @@ def tol(kind, R):
 
 CASES = [  # (candidate, O, R, I)
     ("reduce.inner", 1, 1, 1), ("reduce.inner", 7, 13, 1), ("reduce.inner", 512, 49, 1),
-    ("reduce.inner", 3, 131, 1), ("reduce.inner", 2, 1000, 1),
+    ("reduce.inner", 3, 131, 1), ("reduce.inner", 2, 1000, 1), ("reduce.inner", 3, 2053, 1),
     ("reduce.outer", 1, 512, 49), ("reduce.outer", 3, 7, 5), ("reduce.outer", 5, 1, 17), ("reduce.outer", 2, 37, 130), ("reduce.outer", 1, 4096, 33),
     ("reduce.split", 1, 997, 1), ("reduce.split", 2, 4096, 1), ("reduce.split", 1, 64, 1),
 ]

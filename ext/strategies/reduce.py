@@ -73,9 +73,16 @@ def _inner_build(wl, cfg: InnerConfig, target):
     return finish(sch, "reduce.inner")
 
 
+def _inner_default(wl, target):
+    # long rows: 4 vector accumulators, so the adds are not one dependency chain (4-cycle latency)
+    lanes = _lanes(target)
+    return InnerConfig(1, 4 * lanes if _dims(wl)[1] >= 32 * lanes else lanes)
+
+
 register(Candidate("reduce.inner", ("llvm",), PLEVEL.BLOCKED, _inner_check, InnerConfig,
-                   space=lambda wl, t: [InnerConfig(r, _lanes(t)) for r in (1, 2, 4, 8, 16) if r <= _dims(wl)[0]],
-                   default=lambda wl, t: InnerConfig(1, _lanes(t)), build=_inner_build, suits=_inner_suits))
+                   space=lambda wl, t: [InnerConfig(r, v * _lanes(t)) for r in (1, 2, 4, 8, 16) if r <= _dims(wl)[0]
+                                        for v in (1, 4)],
+                   default=_inner_default, build=_inner_build, suits=_inner_suits))
 
 
 # -- reduce.outer --------------------------------------------------------------------------------
