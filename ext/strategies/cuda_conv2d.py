@@ -66,7 +66,8 @@ def _implicit(wl, name, cfg, pads, schedule):
 # -- conv2d.cuda_implicit_gemm -----------------------------------------------------------------
 
 def _uses_tensorcore(wl, target) -> bool:
-    return wl.dtypes[0] == "float16" and _sm(target) >= TENSORCORE_MIN_SM
+    """fp16 on sm_70+, unless the GEMM is too thin for 16x16 fragments (then SIMT tiles)."""
+    return wl.dtypes[0] == "float16" and _sm(target) >= TENSORCORE_MIN_SM and min(_gemm_dims(wl)) >= 16
 
 
 class _GemmConfig:
@@ -77,7 +78,9 @@ class _GemmConfig:
 
 
 def _ig_space(wl, target):
-    return tensorcore_space() if _uses_tensorcore(wl, target) else tiled_space()
+    if _uses_tensorcore(wl, target):
+        return tensorcore_space(wl.attr("data_layout", "NCHW") == "NHWC" and wl.attr("kernel_layout") == "OHWI")
+    return tiled_space(wl.dtypes[0])
 
 
 def _ig_default(wl, target):

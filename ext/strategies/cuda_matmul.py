@@ -87,9 +87,12 @@ def _tiled_config(bm, bn, tm, tn, bk, db=True):
 _TILES = [(128, 128, 8, 8), (64, 64, 4, 4), (128, 64, 8, 4), (64, 128, 4, 8), (32, 32, 2, 2)]
 
 
-def tiled_space() -> list:
-    return [_tiled_config(bm, bn, tm, tn, bk, db) for bm, bn, tm, tn in _TILES for bk in (8, 16, 32)
-            for db in (True, False)]
+def tiled_space(in_dtype: str = "float32") -> list:
+    """Tile shapes that fit the static shared-memory limit for ``in_dtype`` operands."""
+    nbytes = 2 if in_dtype == "float16" else 4
+    space = [_tiled_config(bm, bn, tm, tn, bk, db) for bm, bn, tm, tn in _TILES for bk in (8, 16, 32)
+             for db in (True, False)]
+    return [c for c in space if sched.tiled_shared_bytes(c, nbytes) <= sched.STATIC_SHARED_LIMIT]
 
 
 def _tiled_default(wl, target):
@@ -112,7 +115,7 @@ def _tiled_build(wl, cfg: TiledConfig, target):
 
 
 register(Candidate("matmul.cuda_tiled", ("cuda",), PLEVEL.BLOCKED, _check_common, TiledConfig,
-                   space=lambda wl, t: tiled_space(), default=_tiled_default, build=_tiled_build, suits=_tiled_suits))
+                   space=lambda wl, t: tiled_space(wl.dtypes[0]), default=_tiled_default, build=_tiled_build, suits=_tiled_suits))
 
 
 # -- matmul.cuda_tensorcore --------------------------------------------------------------------
@@ -146,11 +149,14 @@ def _tc_suits(wl, target):
     return None
 
 
-def tensorcore_space() -> list:
+def tensorcore_space(trans_b: bool = False) -> list:
+    """Warp tilings whose A/B tiles fit the static shared-memory limit."""
     out = []
     for wm, wn, fm, fn in [(2, 2, 2, 4), (2, 4, 4, 2), (2, 2, 4, 4), (1, 2, 2, 4), (2, 2, 2, 2), (1, 1, 2, 2)]:
         for chunk in (1, 2, 4):
-            out.append(TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn, chunk=chunk))
+            cfg = TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn, chunk=chunk)
+            if sched.tensorcore_shared_bytes(cfg, trans_b)[0] <= sched.STATIC_SHARED_LIMIT:
+                out.append(cfg)
     return out
 
 
@@ -175,7 +181,7 @@ def _tc_build(wl, cfg: TensorCoreConfig, target):
 
 
 register(Candidate("matmul.cuda_tensorcore", ("cuda",), PLEVEL.SPECIALIZED, _tc_check, TensorCoreConfig,
-                   space=lambda wl, t: tensorcore_space(), default=_tc_default, build=_tc_build, suits=_tc_suits))
+                   space=lambda wl, t: tensorcore_space(bool(wl.attr("transpose_b"))), default=_tc_default, build=_tc_build, suits=_tc_suits))
 
 
 # -- matmul.cuda_gemv --------------------------------------------------------------------------

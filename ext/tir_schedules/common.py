@@ -116,7 +116,7 @@ def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:
     sch.bind(row, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
     for b in reversed([b for b in _all_blocks(sch)[:-1] if _is_reduction(sch, b)]):
-        sch.compute_at(b, row)
+        sch.compute_at(b, row, preserve_unit_loops=True)
         sch.set_scope(b, 0, "shared")
         red = sch.get_loops(b)[-1]
         _, rtx = sch.split(red, [None, threads])

@@ -96,6 +96,27 @@ class GemvConfig:
     vector: int = 1
 
 
+#: static shared memory per block (CUDA's limit without opt-in, every arch)
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def tiled_shared_bytes(cfg: TiledConfig, in_bytes: int) -> int:
+    """Static shared memory of ``schedule_tiled``: A and B tiles, twice when double-buffered."""
+    return (cfg.block_m + cfg.block_n) * cfg.block_k * in_bytes * (2 if cfg.double_buffer else 1)
+
+
+def _skewed(extent: int) -> int:
+    """Row stride after ``storage_align(factor=32, offset=8)``."""
+    return extent + (8 - extent) % 32
+
+
+def tensorcore_shared_bytes(cfg: TensorCoreConfig, trans_b: bool) -> tuple[int, int]:
+    """(static bytes of the fp16 A/B tiles, dynamic bytes of the fp32 staging tile)."""
+    a = cfg.block_m * _skewed(cfg.block_k)
+    b = cfg.block_n * _skewed(cfg.block_k) if trans_b else cfg.block_k * _skewed(cfg.block_n)
+    return (a + b) * 2 * (2 if cfg.double_buffer else 1), cfg.block_m * cfg.block_n * 4
+
+
 def _pipeline(sch: s_tir.Schedule, loop, stages: list[int]) -> None:
     sch.annotate(loop, "software_pipeline_stage", stages)
     sch.annotate(loop, "software_pipeline_order", list(range(len(stages))))
@@ -137,7 +158,7 @@ def schedule_small(sch: s_tir.Schedule, cfg: SmallConfig) -> None:
     inline_producers(sch, c)
     d = sch.get_sblock("D")
     bind_elementwise(sch, d, cfg.threads)
-    sch.compute_at(c, sch.get_loops(d)[-1])
+    sch.compute_at(c, sch.get_loops(d)[-1], preserve_unit_loops=True)
     sch.set_scope(c, 0, "local")
     sch.decompose_reduction(c, sch.get_loops(c)[-1])
 
@@ -147,7 +168,10 @@ def schedule_tensorcore(sch: s_tir.Schedule, cfg: TensorCoreConfig, in_dtype: st
     block tile; ``trans_b`` when B is ``(N, K)``. Raises when tensorization fails."""
     from .wmma import intrin_group  # registered in milliseconds, not TVM's ~20-100 s import
 
-    intrin = intrin_group(in_dtype, trans_b)
+    # A/B tiles in static shared memory, the fp32 staging tile in dynamic shared memory: TVM
+    # 0.27 fails ("tvm_access_ptr element type must match") when it merges fp16 and fp32
+    # buffers into one dynamic allocation, so the two never share a scope.
+    intrin = intrin_group(in_dtype, trans_b, "shared")
     c = sch.get_sblock("C")
     i, j, k = sch.get_loops(c)
     i, i16 = sch.split(i, [None, 16])
@@ -165,14 +189,14 @@ def schedule_tensorcore(sch: s_tir.Schedule, cfg: TensorCoreConfig, in_dtype: st
     sch.bind(warp, "threadIdx.y")
     threads = ((cfg.warps_m * cfg.warps_n, "threadIdx.y"), (WARP_SIZE, "threadIdx.x"))
     for idx in (0, 1):
-        sh = sch.cache_read(mma, idx, "shared.dyn")
+        sh = sch.cache_read(mma, idx, "shared")
         sch.compute_at(sh, k0)
         inline_producers(sch, sh)
         sch.storage_align(sh, 0, axis=-2, factor=32, offset=8)  # skew rows against bank conflicts
         cooperative_fetch(sch, sh, threads, cfg.vector)
     for idx, name in ((0, "load_a"), (1, "load_b")):
         frag = sch.cache_read(mma, idx, "wmma.matrix_" + "ab"[idx])
-        sch.compute_at(frag, k1)
+        sch.compute_at(frag, k1, preserve_unit_loops=True)
         r, s = sch.get_loops(frag)[-2:]
         r0, r1 = sch.split(r, [None, 16])
         s0, s1 = sch.split(s, [None, 16])
@@ -194,7 +218,7 @@ def schedule_tensorcore(sch: s_tir.Schedule, cfg: TensorCoreConfig, in_dtype: st
     # C (global, padded) would be a plain copy of the staged tile: D reads the tile directly.
     sch.compute_inline(staged)
     d = sch.get_sblock("D")
-    sch.reverse_compute_at(d, warp)
+    sch.reverse_compute_at(d, warp, preserve_unit_loops=True)
     fused = sch.fuse(*sch.get_loops(d)[-2:])
     _, tx = sch.split(fused, [None, WARP_SIZE])
     sch.bind(tx, "threadIdx.x")
@@ -227,10 +251,16 @@ def schedule_gemv(sch: s_tir.Schedule, cfg: GemvConfig, form: str) -> None:
     sch.bind(bo, "blockIdx.x")
     sch.bind(to, out_tag)
     sch.bind(r, red_tag)
+    split = cfg.lanes if form == "dot" else cfg.rows
     sch.compute_at(rf, to)
     sch.set_scope(rf, 0, "local")
-    sch.bind(sch.get_loops(rf)[-2], red_tag)
+    loops = sch.get_loops(rf)
+    inner = loops[[i for i, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(to))][0] + 1:]
+    # the thread split of K; the serial k0 loop is gone when K fits one pass (unit loops vanish)
+    red_loop = next(lp for lp in inner if int(sch.get(lp).extent) == split)
+    sch.bind(red_loop, red_tag)
+    serial = [lp for lp in inner if not sch.get(lp).same_as(sch.get(red_loop))]
     sch.set_scope(c, 0, "local")
     d = sch.get_sblock("D")
     sch.reverse_compute_at(d, to)
-    sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
+    sch.decompose_reduction(rf, serial[0] if serial else red_loop)

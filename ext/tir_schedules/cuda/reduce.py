@@ -35,6 +35,6 @@ def schedule_outer(sch: s_tir.Schedule, cfg: ThreadsConfig) -> None:
     out = sch.get_sblock("out")
     bind_elementwise(sch, out, cfg.threads)
     acc = sch.get_sblock("acc")
-    sch.compute_at(acc, sch.get_loops(out)[-1])
+    sch.compute_at(acc, sch.get_loops(out)[-1], preserve_unit_loops=True)
     sch.set_scope(acc, 0, "local")
     sch.decompose_reduction(acc, sch.get_loops(acc)[-1])
