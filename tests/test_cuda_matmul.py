@@ -192,3 +192,11 @@ def _gpu_arch() -> str:
 
     major, minor = tvm.cuda(0).compute_version.split(".")
     return f"sm_{major}{minor}"
+
+
+@pytest.mark.parametrize("name,dtype,vector_type", [("matmul.cuda_tiled", "float32", "float4"),
+                                                     ("matmul.cuda_tensorcore", "float16", "uint4")])
+def test_aligned_shapes_get_16_byte_loads(name, dtype, vector_type):
+    """Shapes that need no padding load global memory 16 bytes per thread (float4 / 8 halves)."""
+    res = built(name, "sm_90", matmul_wl(256, 256, 256, dtype=dtype, epilogue=()))
+    assert vector_type in res.source
