@@ -3,7 +3,7 @@
 ``import tvm.s_tir.tensor_intrin`` parses about 160 TVMScript functions (every CUDA, ARM,
 x86, ROCm, Hexagon and RISC-V intrinsic) and takes 20 s on an idle core, 60-110 s on this
 project's shared 2-core machines, in every process that tensorizes. The schedules need
-eleven of them. ``wmma_intrin.json`` holds those eleven (desc, impl) pairs serialized with
+ten of them. ``wmma_intrin.json`` holds those ten (desc, impl) pairs serialized with
 ``tvm.ir.save_json`` from the pinned TVM (the version is recorded); ``intrin_group``
 registers them under ``ext.``-prefixed names (so a later stock import, e.g. by dlight, never
 collides) in milliseconds. With any other TVM version, or a missing/corrupt file, it falls
