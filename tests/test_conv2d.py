@@ -105,3 +105,29 @@ def test_selection_explains_winograd(cpu_target):
     # 1x1: the blocked direct kernel measured faster than the GEMM form (see conv2d_gemm.py)
     assert choose(conv_wl(1, 64, 56, 56, 128, 1, stride=2, pad=0), cpu_target).name == "conv2d.direct_nchwc"
     assert choose(conv_wl(1, 32, 28, 28, 32, 3, groups=32), cpu_target).name == "conv2d.depthwise"
+
+
+def test_unsupported_conv_falls_back_with_reason(cpu_target):
+    """A float64 conv: every CPU candidate declines (float32 only); stock lowering builds it correctly."""
+    import numpy as np
+    from tvm import relax
+
+    import ext
+    from ext.testing import run_relax
+
+    from conv2d_helpers import conv_ref_nchw
+
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1, 1, (4, 3, 3, 3))
+    x = relax.Var("x", relax.TensorType((1, 3, 6, 6), "float64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(relax.op.nn.conv2d(x, relax.const(w, "float64"), padding=1)))
+        bb.emit_func_output(out)
+    ex = ext.build(bb.get(), cpu_target, libraries=False)  # ext's own candidates only
+    (dec,) = ext.last_report().find("conv2d")
+    assert dec.candidate is None and dec.source == "fallback"
+    assert any("float32" in a.reason for a in dec.alternatives)
+    xv = rng.uniform(-1, 1, (1, 3, 6, 6))
+    assert_close(run_relax(ex, xv), np.maximum(conv_ref_nchw(xv, w, pad=(1, 1, 1, 1)), 0), rtol=1e-12, atol=1e-12)
