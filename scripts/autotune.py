@@ -13,7 +13,7 @@ failures; a final table lists each task's best (candidate, config).
 
 ``--compare-metaschedule`` then tunes the same module with stock MetaSchedule
 (``tune_relax``, default xgb cost model and evolutionary search, 16 trials per
-round) for the same wall-clock time as ext's tuning took (its start-up not
+round, one builder process) for the same wall-clock time as ext's tuning took (its start-up not
 counted), in a subprocess with the same ``TVM_NUM_THREADS``, and times NumPy, ext untuned, ext tuned and MetaSchedule
 interleaved in one process (ratios to NumPy per round, median).
 """
@@ -80,6 +80,8 @@ def parse_args(argv=None):
     p.add_argument("--compare-metaschedule", action="store_true",
                    help="also tune with stock MetaSchedule for the same wall-clock time and compare")
     p.add_argument("--ms-dir", default=None, help="MetaSchedule work dir (default: <log>.ms)")
+    p.add_argument("--ms-extra-seconds", type=float, default=0.0,
+                   help="let MetaSchedule go on this much longer and compare that snapshot too (default: 0)")
     p.add_argument("--summary", help="write the tuning summary as JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--ms-worker", nargs=3, metavar=("MODEL", "SHAPE", "DIR"), help=argparse.SUPPRESS)
@@ -124,10 +126,11 @@ def _ms_worker(model: str, shape: str, work_dir: str) -> int:
     mod, *_ = build_model(model, None if shape == "-" else shape)
     with target:
         lowered = tvm.transform.Sequential(cpu.legalize_passes(target))(mod)
-    # stock settings except the batch: 16 points per round instead of 64, so that records reach the
-    # database (after each round) often enough for a budget of a minute or two
+    # stock settings except (1) 16 points per round instead of 64, so that records reach the database
+    # (after each round) often enough for a budget of a minute or two, and (2) one builder process:
+    # with the default two (one per physical core) the first round never finished on the 2-core VM
     ms.relax_integration.tune_relax(lowered, {}, target, work_dir, max_trials_global=100_000,
-                                    num_trials_per_iter=16)
+                                    num_trials_per_iter=16, builder=ms.builder.LocalBuilder(max_workers=1))
     return 0
 
 
@@ -149,35 +152,42 @@ def _clean_db(src: str, dst: str) -> None:
             f.writelines(lines)
 
 
-def run_metaschedule(args, budget: float):
-    """Tune with MetaSchedule for ``budget`` seconds; returns (work dir with a clean database, records)."""
+def run_metaschedule(args, budget: float, extra: float = 0.0):
+    """Tune with MetaSchedule for ``budget`` (+ ``extra``) seconds of its own clock.
+
+    Returns ``[(label, clean database dir, records)]``: a snapshot at ``budget``, and one at
+    ``budget + extra`` when ``extra`` > 0.
+    """
     work = args.ms_dir or (os.path.splitext(args.log)[0] + ".ms")
     shutil.rmtree(work, ignore_errors=True)
     cmd = [sys.executable, os.path.abspath(__file__), "--ms-worker", args.model, args.shape or "-", work]
     print(f"stock MetaSchedule: tuning for {budget:.0f} s (same wall clock, TVM_NUM_THREADS="
-          f"{os.environ.get('TVM_NUM_THREADS')})", flush=True)
+          f"{os.environ.get('TVM_NUM_THREADS')})" + (f", then {extra:.0f} s more" if extra else ""), flush=True)
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # the clock starts when MetaSchedule starts its first task: its start-up (imports, task
     # extraction, worker pools) is not counted against it
-    t0, started = time.time(), None
+    t0, started, snaps = time.time(), None, []
+    stops = [budget] + ([budget + extra] if extra > 0 else [])
     sched_log = os.path.join(work, "logs", "tvm.s_tir.meta_schedule.logging.task_scheduler.log")
-    while proc.poll() is None:
+    while stops:
         now = time.time()
         if started is None and os.path.exists(sched_log) and "Initializing Task" in open(sched_log).read():
             started = now
             print(f"  MetaSchedule start-up took {now - t0:.0f} s (not counted)", flush=True)
-        if (started is not None and now - started >= budget) or now - t0 >= budget + MS_STARTUP_LIMIT_S:
-            break
+        timed_out = now - t0 >= stops[0] + MS_STARTUP_LIMIT_S
+        if (started is not None and now - started >= stops[0]) or timed_out or proc.poll() is not None:
+            clean = f"{work}.{stops[0]:.0f}s"
+            shutil.rmtree(clean, ignore_errors=True)
+            _clean_db(work, clean)
+            with open(os.path.join(clean, "database_tuning_record.json")) as f:
+                snaps.append((f"metaschedule {stops[0]:.0f}s", clean, sum(1 for _ in f)))
+            stops.pop(0)
+            continue
         time.sleep(0.2)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    clean = work + ".clean"
-    shutil.rmtree(clean, ignore_errors=True)
-    _clean_db(work, clean)
-    with open(os.path.join(clean, "database_tuning_record.json")) as f:
-        n = sum(1 for _ in f)
-    return clean, n
+    return snaps
 
 
 def compare(args, mod, inputs, reference, target, budget: float) -> None:
@@ -186,7 +196,7 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
 
     from ext.bench import gflops, interleaved
 
-    db_dir, n_ms = run_metaschedule(args, budget)
+    snaps = run_metaschedule(args, budget, args.ms_extra_seconds)
     dev = tvm.cpu()
     xs = [tvm.runtime.tensor(x, dev) for x in inputs]
     contenders, outputs = {}, {}
@@ -197,14 +207,14 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
         vm = relax.VirtualMachine(build(), dev)
         contenders[name] = (lambda vm=vm: vm["main"](*xs))
         outputs[name] = vm["main"](*xs).numpy()
-    if n_ms:
+    for label, db_dir, n in snaps:
+        if not n:
+            print(f"{label}: stock MetaSchedule had measured nothing yet (no record in its database)", flush=True)
+            continue
         db = ms.database.JSONDatabase(work_dir=db_dir)
-        ex = ms.relax_integration.compile_relax(db, mod, target, params=None)
-        vm = relax.VirtualMachine(ex, dev)
-        contenders["metaschedule"] = (lambda vm=vm: vm["main"](*xs))
-        outputs["metaschedule"] = vm["main"](*xs).numpy()
-    else:
-        print("stock MetaSchedule measured nothing within the budget", flush=True)
+        vm = relax.VirtualMachine(ms.relax_integration.compile_relax(db, mod, target, params=None), dev)
+        contenders[label] = (lambda vm=vm: vm["main"](*xs))
+        outputs[label] = vm["main"](*xs).numpy()
     expect = reference() if reference is not None else outputs["ext untuned"]
     for name, out in outputs.items():
         err = float(np.abs(out - expect).max())
@@ -212,7 +222,8 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
     ref_name = "numpy" if reference is not None else "ext untuned"
     res = interleaved(contenders, ref_name, rounds=9)
     flops = sum(t.workload.flops * t.uses for t in ext.tuning.extract_tasks(mod, target))
-    print(f"\nsame process, interleaved, 9 rounds; MetaSchedule: {n_ms} records in {budget:.0f} s")
+    print("\nsame process, interleaved, 9 rounds; MetaSchedule records: "
+          + ", ".join(f"{n} at {label.split()[1]}" for label, _, n in snaps))
     print(f"{'contender':14s} {'ms':>9s} {'GFLOPS':>8s} {'time / ' + ref_name:>16s}")
     for name, r in res.items():
         print(f"{name:14s} {r['median_s'] * 1e3:9.3f} {gflops(flops, r['median_s']):8.1f} {r['ratio']:16.3f}")
