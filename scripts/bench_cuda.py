@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np  # noqa: E402
 
 import ext  # noqa: E402
-from ext.strategies import REGISTRY  # noqa: E402
+from ext.strategies import PLEVEL, REGISTRY  # noqa: E402
 from ext.workload import Workload  # noqa: E402
 
 GEMM_SIZES = (1024, 4096)
@@ -40,6 +40,8 @@ GEMM_SIZES = (1024, 4096)
 RESNET50_CONVS = [(64, 56, 64, 3, 1), (64, 56, 256, 1, 1), (256, 56, 64, 1, 1), (128, 28, 128, 3, 1),
                   (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (128, 56, 128, 3, 2)]
 NORM_SHAPE = (8192, 1024)
+#: direct (one thread per output) kernels are not timed above this: seconds per case for no insight
+DIRECT_MAX_FLOPS = 2e10
 
 
 # -- workloads ---------------------------------------------------------------------------------
@@ -243,6 +245,9 @@ def ext_candidates(wl, target, xs, ref, quick, dry_run):
     out = {}
     for cand in REGISTRY.for_op(wl.op, "cuda"):
         if ".cuda_" not in cand.name or not cand.applies(wl, target):
+            continue
+        if cand.plevel == PLEVEL.DIRECT and wl.flops > DIRECT_MAX_FLOPS and not dry_run:
+            out[cand.name] = (None, f"not timed: one thread per output is for small problems ({cand.suited(wl, target).reason})")
             continue
         best, note = None, ""
         for cfg in configs_to_try(cand, wl, target, quick):
