@@ -13,20 +13,33 @@ groups == 1 (grouped and depthwise convs go to the dlight fallback).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tvm import topi
 
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cuda import conv2d as sched
 from ..tir_schedules.cuda.conv2d import SmallConfig, TensorCoreConfig, TiledConfig, WinogradConfig
+from ..topi_kernels import conv2d as cv
 from ..topi_kernels import conv2d_implicit as cvi
 from ..topi_kernels import epilogue as ep
 from ..workload import Workload
-from .conv2d import geom, placeholders
+from .conv2d import geom as cpu_geom
+from .conv2d import placeholders
 from .cuda_matmul import SMALL_FLOPS, TENSORCORE_MIN_SM, _sm, tensorcore_config_for, tensorcore_space, \
     tiled_config_for, tiled_space
 from .registry import PLEVEL, Candidate, register
 
 LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "OHWI"), ("NHWC", "HWIO"))
+
+
+def geom(wl: Workload) -> cv.ConvGeom:
+    """``strategies.conv2d.geom`` plus HWIO weights (which the CPU tables do not take)."""
+    g = cpu_geom(wl)
+    if wl.attr("kernel_layout") == "HWIO":
+        kh, kw, _, o = wl.shapes[1]
+        g = dataclasses.replace(g, O=o, KH=kh, KW=kw)
+    return g
 
 
 def _check_common(wl: Workload, target) -> str | None:
