@@ -65,3 +65,15 @@ def test_implicit_gemm_matches_numpy_conv(wl, pads):
     xs = [rng.uniform(-1, 1, s).astype(d) for s, d in zip(wl.shapes, wl.dtypes)]
     got = _run([X, W, *extras, D], xs, tuple(wl.attr("out_shape")))
     assert_close(got, conv_reference(wl, xs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wl", [conv_wl(2, 5, 9, 7, 6, 3), conv_wl(1, 16, 14, 14, 8, 3)], ids=lambda w: w.key)
+def test_winograd_compute_matches_numpy_conv(wl):
+    from ext.strategies.cuda_conv2d import winograd_tensors
+
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(-1, 1, s).astype(d) for s, d in zip(wl.shapes, wl.dtypes)]
+    got = _run(winograd_tensors(wl), xs, tuple(wl.attr("out_shape")))
+    ref = conv_reference(wl, xs)
+    # Winograd transforms: ~1e-6 of the largest output in float32 (TOPI's interpolation points)
+    assert_close(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())

@@ -150,12 +150,17 @@ def _wino_check(wl, target):
     return None
 
 
-def _wino_build(wl, cfg: WinogradConfig, target):
+def winograd_tensors(wl) -> list:
+    """``[X, W, *extras, D]``: TOPI's Winograd conv (NCHW/OIHW) followed by the fused epilogue."""
     g = geom(wl)
     X, W, *extras = placeholders(wl)
-    Y = topi.nn.conv2d_winograd_nchw(X, W, 1, (g.pad[0], g.pad[1]), 1, "float32")  # TOPI's compute
+    Y = topi.nn.conv2d_winograd_nchw(X, W, 1, (g.pad[0], g.pad[1]), 1, "float32")
     D = ep.fused_output(tuple(Y.shape), lambda *i: Y[i], wl.epilogue, extras, wl.out_dtype)
-    sch = create_schedule([X, W, *extras, D])
+    return [X, W, *extras, D]
+
+
+def _wino_build(wl, cfg: WinogradConfig, target):
+    sch = create_schedule(winograd_tensors(wl))
     sched.schedule_winograd(sch, cfg)
     return finish(sch, "conv2d.cuda_winograd")
 
