@@ -21,6 +21,12 @@ DIMS = [1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 129, 255]
 def _workload(rng: random.Random):
     kind = rng.choice(["matmul", "matmul", "conv2d", "rows"])
     d = lambda: rng.choice(DIMS)  # noqa: E731
+    if kind == "matmul" and rng.random() < 0.25:
+        from test_cuda_matmul import batch_wl
+
+        a = (rng.choice([1, 3]), d(), d())
+        b = rng.choice([(a[0], a[2], d()), (a[2], d())])
+        return batch_wl(a, b, dtype=rng.choice(["float32", "float16"]))
     if kind == "matmul":
         return matmul_wl(d(), d(), d(), dtype=rng.choice(["float32", "float16"]),
                          out_dtype=rng.choice(["float32", "float16"]), transpose_b=rng.random() < 0.5,

@@ -77,3 +77,21 @@ def test_winograd_compute_matches_numpy_conv(wl):
     ref = conv_reference(wl, xs)
     # Winograd transforms: ~1e-6 of the largest output in float32 (TOPI's interpolation points)
     assert_close(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("a,b,transpose_b", [((2, 3, 13, 7), (3, 19, 7), True), ((5, 13, 7), (7, 19), False),
+                                             ((1, 4, 6), (3, 6, 5), False)])
+def test_batch_matmul_padded_matches_numpy(a, b, transpose_b):
+    from ext.topi_kernels.matmul_padded import batch_matmul_padded
+
+    out = tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-2] if transpose_b else b[-1])
+    A = te.placeholder(tuple(_i64(d) for d in a), "float32", name="A")
+    B = te.placeholder(tuple(_i64(d) for d in b), "float32", name="B")
+    E = te.placeholder((_i64(out[-1]),), "float32", name="E0")
+    _, D, _ = batch_matmul_padded(A, B, out_shape=out, transpose_b=transpose_b, Mp=mm.ceil_to(out[-2], 16),
+                                  Np=mm.ceil_to(out[-1], 32), Kp=mm.ceil_to(a[-1], 8), epilogue=("bias",), extras=[E])
+    rng = np.random.default_rng(3)
+    xa, xb, xe = (rng.uniform(-1, 1, s).astype("float32") for s in (a, b, (out[-1],)))
+    got = _run([A, B, E, D], [xa, xb, xe], out)
+    ref = xa.astype("float64") @ (np.swapaxes(xb, -1, -2) if transpose_b else xb).astype("float64") + xe
+    assert_close(got, ref, rtol=1e-5, atol=1e-5)

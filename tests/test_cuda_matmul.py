@@ -13,7 +13,7 @@ from ext.tir_schedules.cuda.launch import check_limits, inspect_candidate
 from ext.workload import Workload
 
 ARCHS = ("sm_80", "sm_90")
-NAMES = ("matmul.cuda_tiled", "matmul.cuda_tensorcore", "matmul.cuda_gemv", "matmul.cuda_small")
+NAMES = ("matmul.cuda_tiled", "matmul.cuda_tensorcore", "matmul.cuda_gemv", "matmul.cuda_small", "matmul.cuda_batch")
 
 
 def matmul_wl(M, N, K, *, dtype="float32", out_dtype="float32", transpose_b=False, epilogue=("bias", "relu")):
@@ -27,12 +27,20 @@ def matmul_wl(M, N, K, *, dtype="float32", out_dtype="float32", transpose_b=Fals
                     attrs={"transpose_b": transpose_b, "b_const": True, "out_shape": (M, N)}, epilogue=epilogue)
 
 
+def batch_wl(a, b, *, dtype="float32", transpose_b=False, epilogue=("bias",)):
+    out = tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-2] if transpose_b else b[-1])
+    shapes = [a, b] + ([(out[-1],)] if "bias" in epilogue else [])
+    return Workload("matmul", shapes, [dtype, dtype] + ["float32"] * (len(shapes) - 2), "float32",
+                    attrs={"transpose_b": transpose_b, "out_shape": out}, epilogue=epilogue)
+
+
 #: one representative odd-shaped workload per candidate (not multiples of any tile)
 REPRESENTATIVE = {
     "matmul.cuda_tiled": matmul_wl(77, 93, 45, epilogue=("bias", "relu", "residual")),
     "matmul.cuda_tensorcore": matmul_wl(77, 93, 45, dtype="float16", transpose_b=True),
     "matmul.cuda_gemv": matmul_wl(1, 93, 45, transpose_b=True),
     "matmul.cuda_small": matmul_wl(7, 9, 5, dtype="float16", out_dtype="float16"),
+    "matmul.cuda_batch": batch_wl((2, 3, 13, 7), (3, 19, 7), transpose_b=True),
 }
 #: what must appear in each candidate's CUDA source
 MARKERS = {
@@ -40,6 +48,7 @@ MARKERS = {
     "matmul.cuda_tensorcore": ["wmma::mma_sync", "wmma::load_matrix_sync", "extern __shared__"],
     "matmul.cuda_gemv": ["__shfl_down_sync"],
     "matmul.cuda_small": ["__global__"],
+    "matmul.cuda_batch": ["__shared__", "blockIdx.z"],
 }
 
 def built(name: str, arch: str, wl=None, config=None):
@@ -118,11 +127,13 @@ def test_selection_by_shape(wl, expected):
     assert choose(wl, ext.target.cuda("sm_90")).name == expected
 
 
-def test_batched_goes_to_fallback():
-    wl = Workload("matmul", [(4, 32, 16), (4, 16, 8)], ["float16"] * 2, "float16",
-                  attrs={"out_shape": (4, 32, 8)})
-    d = choose(wl, ext.target.cuda("sm_90"))
-    assert d.name in ("fallback",) or not d.name.startswith("matmul.cuda"), d.name
+def test_batched_goes_to_cuda_batch():
+    t = ext.target.cuda("sm_90")
+    assert choose(batch_wl((4, 32, 16), (4, 16, 8), dtype="float16"), t).name == "matmul.cuda_batch"
+    assert choose(batch_wl((5, 13, 7), (7, 19)), t).name == "matmul.cuda_batch"  # 2-D B broadcast
+    for name in NAMES[:-1]:
+        v = REGISTRY.get(name).applies(batch_wl((4, 32, 16), (4, 16, 8)), t)
+        assert not v and "matmul.cuda_batch" in v.reason
 
 
 def test_end_to_end_fp16_matmul_bias_relu_builds_for_sm90():
@@ -200,3 +211,22 @@ def test_aligned_shapes_get_16_byte_loads(name, dtype, vector_type):
     """Shapes that need no padding load global memory 16 bytes per thread (float4 / 8 halves)."""
     res = built(name, "sm_90", matmul_wl(256, 256, 256, dtype=dtype, epilogue=()))
     assert vector_type in res.source
+
+
+BATCH_GPU_CASES = [((4, 64, 128), (4, 128, 96), False), ((2, 3, 13, 7), (3, 19, 7), True), ((5, 13, 7), (7, 19), False),
+                   ((1, 1, 1), (3, 1, 1), False)]
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("a,b,transpose_b", BATCH_GPU_CASES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_batch_numerics_on_gpu(a, b, transpose_b, dtype):
+    target = ext.target.cuda(_gpu_arch())
+    wl = batch_wl(a, b, dtype=dtype, transpose_b=transpose_b)
+    cand = REGISTRY.get("matmul.cuda_batch")
+    xs = random_inputs(wl, seed=7)
+    x, w, bias = (v.astype("float64") for v in xs)
+    ref = x @ (np.swapaxes(w, -1, -2) if transpose_b else w) + bias
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, target), target).run(xs)
+    assert_close(out.astype("float64"), ref, **tol(wl), what=f"batch {a} {b} {dtype}")

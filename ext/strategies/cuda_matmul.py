@@ -35,7 +35,7 @@ def _check_common(wl: Workload, target) -> str | None:
     if wl.out_dtype not in OUT_DTYPES:
         return f"output must be float16 or float32, got {wl.out_dtype}"
     if len(wl.shapes[0]) != 2 or len(wl.shapes[1]) != 2:
-        return "needs 2-D operands (batched matmul goes to the dlight fallback)"
+        return "needs 2-D operands (batched matmuls: matmul.cuda_batch)"
     if any(d == 0 for s in wl.shapes for d in s):
         return "zero-size dimension"
     return None
@@ -240,3 +240,40 @@ def _small_build(wl, cfg: SmallConfig, target):
 register(Candidate("matmul.cuda_small", ("cuda",), PLEVEL.DIRECT, _check_common, SmallConfig,
                    space=lambda wl, t: [SmallConfig(threads=n) for n in (32, 64, 128, 256)],
                    default=_small_default, build=_small_build, suits=_small_suits))
+
+
+# -- matmul.cuda_batch -------------------------------------------------------------------------
+
+def _batch_check(wl, target):
+    reason = _check_common(wl.with_(shapes=((1, 1), (1, 1)) + tuple(wl.shapes[2:])), target)
+    if reason:
+        return reason
+    a, b = wl.shapes[0], wl.shapes[1]
+    if max(len(a), len(b)) < 3 or min(len(a), len(b)) < 2:
+        return "needs a batched operand (3-D or more) and no 1-D operand"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    return None
+
+
+def _batch_build(wl, cfg: TiledConfig, target):
+    from ..tir_schedules.common import reindex_block
+    from ..topi_kernels.matmul_padded import batch_matmul_padded
+
+    out = [int(d) for d in wl.attr("out_shape")]
+    M, N, K = out[-2], out[-1], wl.shapes[0][-1]
+    A, B, *extras = _placeholders(wl)
+    _, D, out_map = batch_matmul_padded(
+        A, B, out_shape=out, transpose_b=bool(wl.attr("transpose_b")), Mp=mm.ceil_to(M, cfg.block_m),
+        Np=mm.ceil_to(N, cfg.block_n), Kp=mm.ceil_to(K, cfg.block_k), epilogue=wl.epilogue, extras=extras,
+        out_dtype=wl.out_dtype, acc_dtype="float32")
+    sch = create_schedule([A, B, *extras, D])
+    reindex_block(sch, "D", out_map, len(out))
+    sched.schedule_tiled(sch, cfg)
+    return finish(sch, "matmul.cuda_batch")
+
+
+register(Candidate("matmul.cuda_batch", ("cuda",), PLEVEL.BLOCKED, _batch_check, TiledConfig,
+                   space=lambda wl, t: tiled_space(wl.dtypes[0]),
+                   default=lambda wl, t: tiled_config_for(*[int(d) for d in wl.attr("out_shape")[-2:]]),
+                   build=_batch_build))

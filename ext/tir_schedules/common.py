@@ -63,15 +63,20 @@ def inline_producers(sch: s_tir.Schedule, block) -> None:
                 pass
 
 
-def cooperative_fetch(sch: s_tir.Schedule, block, threads: tuple, vector: int) -> None:
+def cooperative_fetch(sch: s_tir.Schedule, block, threads: tuple, vector: int, under=None) -> None:
     """Spread the copy loops of a cache-read ``block`` over a thread block.
 
     ``threads`` is ``((extent, "threadIdx.y"), (extent, "threadIdx.x"), ...)``, outermost first; the
-    innermost ``vector`` elements of each thread are vectorized (1: scalar copies).
+    innermost ``vector`` elements of each thread are vectorized (1: scalar copies). ``under``: the
+    loop the block was computed at (its own loops are those below it).
     """
     loops = sch.get_loops(block)
-    nd = len(sch.get(block).writes[0].region)
-    fused = sch.fuse(*loops[-nd:])
+    if under is not None:
+        at = [i for i, lp in enumerate(loops) if sch.get(lp).same_as(sch.get(under))][0]
+        own = loops[at + 1:]
+    else:
+        own = loops[-len(sch.get(block).writes[0].region):]
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
     factors = [None] + [t for t, _ in threads] + ([vector] if vector > 1 else [])
     parts = sch.split(fused, factors)
     for loop, (_, tag) in zip(parts[1:], threads):
@@ -90,6 +95,15 @@ def bind_elementwise(sch: s_tir.Schedule, block, threads: int = 256, vector: int
         bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+
+
+def reindex_block(sch: s_tir.Schedule, name: str, index_fn, ndim: int) -> None:
+    """Give block ``name`` (``ndim`` iteration axes) the iteration space ``index_fn(*axes)``
+    (a bijective affine map), e.g. a 4-D conv output as the GEMM's 2-D ``(row, col)``."""
+    from tvm import tirx
+
+    index_map = tirx.IndexMap.from_func(lambda *i: list(index_fn(*i)), ndim=ndim, index_dtype="int64")
+    sch.transform_block_layout(sch.get_sblock(name), index_map)
 
 
 def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:

@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 
-from ..common import _is_reduction, bind_elementwise
+from ..common import _is_reduction, bind_elementwise, reindex_block
 from . import matmul as mm_sched
 from .matmul import SmallConfig, TensorCoreConfig, TiledConfig  # noqa: F401  (the knobs of these schedules)
 
 
 def flatten_output(sch: s_tir.Schedule, out_map) -> None:
-    """Re-index block ``D`` by the GEMM coordinates ``out_map(*idx) -> (row, col)``."""
-    index_map = tirx.IndexMap.from_func(lambda *i: list(out_map(*i)), ndim=4, index_dtype="int64")
-    sch.transform_block_layout(sch.get_sblock("D"), index_map)
+    """Re-index the 4-D output block ``D`` by the GEMM coordinates ``out_map(*idx) -> (row, col)``."""
+    reindex_block(sch, "D", out_map, 4)
 
 
 def schedule_implicit_gemm(sch: s_tir.Schedule, cfg, out_map, *, in_dtype: str = "float32",

@@ -126,11 +126,13 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TiledConfig) -> None:
     """Shared-memory tiles + register tiles + fused epilogue (see module doc)."""
     c = sch.get_sblock("C")
     ty_n, tx_n = cfg.block_m // cfg.thread_m, cfg.block_n // cfg.thread_n
-    i, j, k = sch.get_loops(c)
+    *batch, i, j, k = sch.get_loops(c)  # a batched C (bt, i, j) puts bt on blockIdx.z
     bi, ty, ii = sch.split(i, [None, ty_n, cfg.thread_m])
     bj, tx, jj = sch.split(j, [None, tx_n, cfg.thread_n])
     k0, k1 = sch.split(k, [None, cfg.block_k])
-    sch.reorder(bi, bj, ty, tx, k0, k1, ii, jj)
+    sch.reorder(*batch, bi, bj, ty, tx, k0, k1, ii, jj)
+    if batch:
+        sch.bind(batch[0], "blockIdx.z")
     sch.bind(bi, "blockIdx.y")
     sch.bind(bj, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
@@ -140,7 +142,7 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TiledConfig) -> None:
         sh = sch.cache_read(c, idx, "shared")
         sch.compute_at(sh, k0)
         inline_producers(sch, sh)
-        cooperative_fetch(sch, sh, threads, cfg.vector)
+        cooperative_fetch(sch, sh, threads, cfg.vector, under=k0)
     sch.unroll(k1)
     sch.unroll(ii)
     sch.unroll(jj)
@@ -193,7 +195,7 @@ def schedule_tensorcore(sch: s_tir.Schedule, cfg: TensorCoreConfig, in_dtype: st
         sch.compute_at(sh, k0)
         inline_producers(sch, sh)
         sch.storage_align(sh, 0, axis=-2, factor=32, offset=8)  # skew rows against bank conflicts
-        cooperative_fetch(sch, sh, threads, cfg.vector)
+        cooperative_fetch(sch, sh, threads, cfg.vector, under=k0)
     for idx, name in ((0, "load_a"), (1, "load_b")):
         frag = sch.cache_read(mma, idx, "wmma.matrix_" + "ab"[idx])
         sch.compute_at(frag, k1, preserve_unit_loops=True)
