@@ -1,13 +1,14 @@
 """Candidate table for the matmul family on CUDA (workload convention: ``strategies/matmul.py``).
 
 Inputs ``float32`` or ``float16`` (both operands alike; fp32 accumulation), output ``float32``
-or ``float16``, 2-D operands (batched matmuls go to the dlight fallback). Schedules live in
+or ``float16``; 2-D operands, except ``cuda_batch`` (batched, NumPy-broadcast). Schedules live in
 ``tir_schedules/cuda/matmul.py``; the compute is ``topi_kernels.matmul.matmul_padded`` (zero
 padding to the tile, so no tile ever needs a bounds check inside its K loop).
 
 Which wins by plevel: ``cuda_small`` for launch-bound sizes, ``cuda_gemv`` when M or N is 1,
 ``cuda_tensorcore`` for fp16 unless padding to its 16-multiples would more than double the
-work, else ``cuda_tiled``.
+work, else ``cuda_tiled``; batched problems take ``cuda_batch`` (the tiled schedule with the
+flattened batch on ``blockIdx.z``).
 """
 from __future__ import annotations
 
