@@ -25,13 +25,8 @@ from ..tir_schedules.common import param_dtype, param_shape
 from .families import FAMILIES, Composite
 
 
-def _calls(func: relax.Function) -> list:
-    out = []
-    for block in func.body.blocks:
-        for b in block.bindings:
-            if isinstance(b.value, relax.Call):
-                out.append(b.value)
-    return out
+def _bindings(func: relax.Function) -> dict:
+    return {b.var: b.value for block in func.body.blocks for b in block.bindings}
 
 
 @mutator
@@ -49,7 +44,9 @@ class _Lower(PyExprMutator):
         name = func.attrs.get("Composite") if isinstance(func, relax.Function) and func.attrs else None
         if not name or not str(name).startswith("ext."):
             return None
-        return Composite(str(name), func, list(call.args), _calls(func))
+        binds = _bindings(func)
+        calls = [v for v in binds.values() if isinstance(v, relax.Call)]
+        return Composite(str(name), func, list(call.args), calls, binds)
 
     def _kernel(self, cand, wl, config, key_extra, build):
         key = (cand.name, wl.key, repr(config_to_dict(config)), key_extra)
