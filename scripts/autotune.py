@@ -16,7 +16,8 @@ failures; a final table lists each task's best (candidate, config).
 round, one builder process) for the same wall-clock budget as ext's
 (``--seconds``; its start-up not counted), in a subprocess with the same
 ``TVM_NUM_THREADS``, and times NumPy, ext untuned, ext tuned and MetaSchedule
-interleaved in one process (ratios to NumPy per round, median).
+in one process: 9 rounds, contender order rotated each round, idle time between
+contenders (ratios to NumPy per round, median).
 """
 from __future__ import annotations
 
@@ -191,11 +192,37 @@ def run_metaschedule(args, budget: float, extra: float = 0.0):
     return snaps
 
 
+#: idle time between two contenders' bursts: OpenBLAS and TVM worker threads spin for a while after
+#: a call, and would slow down whichever contender runs next
+SETTLE_S = 0.3
+
+
+def timed_rounds(contenders: dict, reference: str, rounds: int = 9, min_seconds: float = 0.1) -> dict:
+    """Median seconds and median per-round time ratio to ``reference`` of each contender.
+
+    Each round times every contender with a short burst (``ext.bench.burst``), in an order
+    rotated by one each round, with ``SETTLE_S`` of idle time before each burst.
+    """
+    import statistics
+
+    from ext.bench import burst
+
+    names = list(contenders)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(SETTLE_S)
+            times[n].append(burst(contenders[n], min_seconds))
+    ref = times[reference]
+    return {n: {"median_s": statistics.median(ts), "ratio": statistics.median(t / q for t, q in zip(ts, ref))}
+            for n, ts in times.items()}
+
+
 def compare(args, mod, inputs, reference, target, budget: float) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from ext.bench import gflops, interleaved
+    from ext.bench import gflops
 
     snaps = run_metaschedule(args, budget, args.ms_extra_seconds)
     dev = tvm.cpu()
@@ -221,7 +248,7 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
         err = float(np.abs(out - expect).max())
         print(f"  {name}: max abs error vs {'numpy' if reference else 'ext untuned'} {err:.2e}")
     ref_name = "numpy" if reference is not None else "ext untuned"
-    res = interleaved(contenders, ref_name, rounds=9)
+    res = timed_rounds(contenders, ref_name, rounds=9)
     flops = sum(t.workload.flops * t.uses for t in ext.tuning.extract_tasks(mod, target))
     print("\nsame process, interleaved, 9 rounds; MetaSchedule records: "
           + ", ".join(f"{n} at {label.split()[1]}" for label, _, n in snaps))
