@@ -250,11 +250,11 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
     ref_name = "numpy" if reference is not None else "ext untuned"
     res = timed_rounds(contenders, ref_name, rounds=9)
     flops = sum(t.workload.flops * t.uses for t in ext.tuning.extract_tasks(mod, target))
-    print("\nsame process, interleaved, 9 rounds; MetaSchedule records: "
-          + ", ".join(f"{n} at {label.split()[1]}" for label, _, n in snaps))
-    print(f"{'contender':14s} {'ms':>9s} {'GFLOPS':>8s} {'time / ' + ref_name:>16s}")
+    print(f"\nsame process, 9 rounds, contender order rotated each round, {SETTLE_S:.1f} s idle between "
+          "contenders; MetaSchedule records: " + ", ".join(f"{n} at {label.split()[1]}" for label, _, n in snaps))
+    print(f"{'contender':18s} {'ms':>9s} {'GFLOPS':>8s} {'time / ' + ref_name:>16s}")
     for name, r in res.items():
-        print(f"{name:14s} {r['median_s'] * 1e3:9.3f} {gflops(flops, r['median_s']):8.1f} {r['ratio']:16.3f}")
+        print(f"{name:18s} {r['median_s'] * 1e3:9.3f} {gflops(flops, r['median_s']):8.1f} {r['ratio']:16.3f}")
 
 
 if __name__ == "__main__":
