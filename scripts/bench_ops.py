@@ -47,7 +47,8 @@ except ImportError:  # pragma: no cover
     np_erf = np.vectorize(math.erf)
 
 PAUSE_S = 0.003  # let the other runtime's spinning workers park between bursts
-BURST_S = 0.002
+BURST_S = 0.002  # seconds per burst (at least MIN_CALLS calls)
+MIN_CALLS = 3
 
 
 # -- op definitions: (name, size label, relax builder, numpy fn, torch fn, input shapes) --------------
@@ -137,10 +138,11 @@ class Contender:
         self.n = 1
         self.setup()
         first = self._once(1)
-        self.n = max(1, min(2000, int(BURST_S / max(first, 1e-7))))
+        self.n = max(MIN_CALLS, min(2000, int(BURST_S / max(first, 1e-7))))
 
     def _once(self, n):
         if self.tvm_timer is not None:
+            self.tvm_timer(1)  # warm-up call, as for the Python callables below
             return self.tvm_timer(n)
         self.fn()
         t0 = time.perf_counter()

@@ -151,6 +151,8 @@ def _split_suits(wl, target):
 def _split_default(wl, target):
     O, R, _ = _dims(wl)
     lanes = _lanes(target)
+    if R >= 64 * lanes:  # 4 vector accumulators per chunk (independent add chains)
+        lanes *= 4
     chunks = max(1, min(8 * _cores(target) // O, R // (4 * lanes)))
     return SplitConfig(chunks=chunks, lanes=lanes)
 
