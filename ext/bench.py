@@ -24,15 +24,18 @@ def burst(fn: Callable[[], object], min_seconds: float = 0.05, max_iters: int = 
 
 
 def interleaved(contenders: dict[str, Callable[[], object]], reference: str, rounds: int = 7,
-                min_seconds: float = 0.05) -> dict[str, dict]:
+                min_seconds: float = 0.05, settle: float = 0.05) -> dict[str, dict]:
     """Median seconds and median per-round ratio to ``reference`` for each contender.
 
     Rounds where the reference ran over 1.5x its best are dropped (the machine
-    was busy); at least half of the rounds are always kept.
+    was busy); at least half of the rounds are always kept. ``settle`` seconds of
+    sleep separate contenders: OpenBLAS and OpenMP worker threads keep spinning
+    for a while after a call and would steal the cores from whoever runs next.
     """
     times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
+            time.sleep(settle)
             times[name].append(burst(fn, min_seconds))
     ref = times[reference]
     best = min(ref)

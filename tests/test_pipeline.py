@@ -146,3 +146,30 @@ def test_malformed_target_raises_value_error():
     mod, _ = dense(4, 4, 4)
     with pytest.raises(ValueError, match="not supported"):
         ext.build(mod, "llvm -mcpu=znver4")
+
+
+def test_candidate_that_fails_to_build_is_skipped(cpu_target):
+    """A candidate whose build raises is reported 'failed' and the next one is used."""
+    import dataclasses
+
+    from ext.strategies import REGISTRY
+
+    packed = REGISTRY.get("matmul.packed")
+
+    def broken(wl, cfg, target):
+        raise RuntimeError("schedule rejected for this shape")
+
+    REGISTRY.unregister("matmul.packed")
+    REGISTRY.register(dataclasses.replace(packed, build=broken))
+    try:
+        mod, params = dense(256, 128, 64)
+        x = np.random.default_rng(5).standard_normal((256, 64)).astype("float32")
+        got = run_relax(ext.build(mod, cpu_target), x)
+        assert_close(got, numpy_reference(x, params), rtol=1e-5, atol=1e-4)
+        (d,) = ext.last_report().decisions
+        assert d.name != "matmul.packed"
+        failed = [a for a in d.alternatives if a.candidate == "matmul.packed"]
+        assert failed and failed[0].status == "failed" and "schedule rejected" in failed[0].reason
+    finally:
+        REGISTRY.unregister("matmul.packed")
+        REGISTRY.register(packed)

@@ -35,6 +35,7 @@ class _Lower(PyExprMutator):
         super().__init__(mod)
         self.mod_, self.selector, self.report = mod, selector, report
         self.kernels: dict = {}
+        self.built: dict = {}
         self.declined: set = set()
 
     def _composite(self, call) -> Composite | None:
@@ -67,28 +68,46 @@ class _Lower(PyExprMutator):
             self.declined.add(call.op)
             return call
         wl, args, post = extracted
-        decision = self.selector.choose(wl)
+        decision, built = self._decide(wl)
         self.report.add(decision)
         if decision.candidate is None:
             self.declined.add(call.op)
             return call
-        cand, config, target = decision.candidate, decision.config, self.selector.target
+        cand, config = decision.candidate, decision.config
+        main, transforms = built
         args = [self.builder_.normalize(a) for a in args]
-        for idx, tfunc in cand.input_transforms(wl, config, target).items():
+        for idx, tfunc in transforms.items():
             gv = self._kernel(cand, wl, config, f"in{idx}", lambda f=tfunc: f)
             out_ty = relax.TensorType(param_shape(tfunc, -1), param_dtype(tfunc, -1))
             args[idx] = self.builder_.emit(relax.call_tir(gv, [args[idx]], out_ty=out_ty))
         out_ty = relax.TensorType([int(d) for d in wl.attr("out_shape")], wl.out_dtype)
         if cand.library is not None:  # vendor library: a packed call, then our epilogue kernel
-            result = self._library_call(cand, wl, config, args, out_ty)
+            result = self._library_call(cand, wl, config, main, args, out_ty)
         else:
-            gv = self._kernel(cand, wl, config, "", lambda: cand.build(wl, config, target))
+            gv = self._kernel(cand, wl, config, "", lambda: main)
             result = relax.call_tir(gv, args, out_ty=out_ty)
         return post(self.builder_.emit(result)) if post else result
 
-    def _library_call(self, cand, wl, config, args, out_ty):
+    def _decide(self, wl):
+        """Choose and build; a candidate whose build raises is reported ``failed`` and the
+        selector chooses again without it (never a crash, at worst the stock fallback)."""
+        failed: dict = {}
+        while True:
+            decision = self.selector.choose(wl, failed)
+            if decision.candidate is None:
+                return decision, None
+            cand, config, target = decision.candidate, decision.config, self.selector.target
+            key = (cand.name, wl.key, repr(config_to_dict(config)))
+            try:
+                if key not in self.built:  # repeated layers share one build
+                    self.built[key] = (cand.build(wl, config, target), cand.input_transforms(wl, config, target))
+                return decision, self.built[key]
+            except Exception as err:  # a schedule that TVM rejects for this shape
+                first = (str(err).strip().splitlines() or [""])[-1][:160]
+                failed[cand.name] = f"failed to build: {type(err).__name__}: {first}"
+
+    def _library_call(self, cand, wl, config, call, args, out_ty):
         """``call_dps_packed`` to the library's function, then its ``PackedCall.epilogue`` kernel."""
-        call = cand.build(wl, config, self.selector.target)
         statics = [tvm.ir.StringImm(v) if isinstance(v, str) else relax.expr.prim_value(v)
                    for v in call.static_args]
         anchor_ty = relax.TensorType([int(d) for d in call.out_shape], call.out_dtype)

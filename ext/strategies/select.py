@@ -82,11 +82,14 @@ class Selector:
         self.target, self.history, self.model = target, history, model
         self.libraries, self.registry = libraries, registry
 
-    def _split(self, wl: Workload):
+    def _split(self, wl: Workload, failed: dict | None = None):
         usable, alts = [], []
         for cand in self.registry.for_op(wl.op):
             if cand.library is not None and not self.libraries:
                 continue  # libraries off: the report shows our own kernels only
+            if failed and cand.name in failed:
+                alts.append(Alternative(cand.name, "failed", failed[cand.name]))
+                continue
             verdict = cand.applies(wl, self.target)
             if verdict:
                 usable.append(cand)
@@ -94,8 +97,10 @@ class Selector:
                 alts.append(Alternative(cand.name, "declined", verdict.reason))
         return usable, alts
 
-    def choose(self, wl: Workload) -> Decision:
-        usable, alts = self._split(wl)
+    def choose(self, wl: Workload, failed: dict | None = None) -> Decision:
+        """The decision for ``wl``; ``failed`` maps candidate names that could not be built
+        to the error, so the next choice skips them (reported with status ``failed``)."""
+        usable, alts = self._split(wl, failed)
         if not usable:
             why = "no candidate applies" if alts else f"no {wl.op} candidate for {self.target.kind.name}"
             return Decision(wl, None, None, "fallback", alts, f"{why}: stock lowering + ext fallback schedule")
