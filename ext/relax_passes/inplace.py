@@ -4,10 +4,12 @@ its result over that input and the memory planner has one buffer fewer to keep.
 
 Why not stock ``relax.transform.DataflowUseInplaceCalls``: it works on single
 Relax operators before legalization (``R.add`` -> ``call_tir_inplace(add_inplace)``)
-and knows a fixed list of ops (no ``sigmoid``/``gelu``/``silu``); the in-place
-calls it emits are no longer fused by ``FuseOps``, so a chain of k element-wise
-ops becomes k passes over memory instead of one. This pass runs after
-``FuseOps``/``FuseTIR`` on the fused kernels instead.
+and knows a fixed list of ops (``add``/``multiply``/``relu`` yes, ``sigmoid``,
+``softmax`` no). ``FuseOps`` then fuses those in-place kernels with their
+neighbours into an ordinary ``call_tir`` with a fresh output (checked on
+softmax -> add -> relu -> multiply: one ``fused_..._inplace`` kernel writing a
+new buffer), so for fused chains, the common case, no buffer is saved. This
+pass runs after ``FuseOps``/``FuseTIR`` on the fused kernels instead.
 
 A call ``y = call_tir(f, (..., x, ...))`` is rewritten, overwriting ``x``, when
 
