@@ -24,13 +24,14 @@ def burst(fn: Callable[[], object], min_seconds: float = 0.05, max_iters: int = 
 
 
 def interleaved(contenders: dict[str, Callable[[], object]], reference: str, rounds: int = 7,
-                min_seconds: float = 0.05, settle: float = 0.05) -> dict[str, dict]:
+                min_seconds: float = 0.05, settle: float = 0.25) -> dict[str, dict]:
     """Median seconds and median per-round ratio to ``reference`` for each contender.
 
     Rounds where the reference ran over 1.5x its best are dropped (the machine
     was busy); at least half of the rounds are always kept. ``settle`` seconds of
-    sleep separate contenders: OpenBLAS and OpenMP worker threads keep spinning
-    for a while after a call and would steal the cores from whoever runs next.
+    sleep separate contenders: OpenBLAS worker threads keep spinning for up to
+    ~0.1 s after a call (its THREAD_TIMEOUT) and would steal the cores from
+    whoever runs next (measured: the next contender ran 1.8x slower).
     """
     times = {name: [] for name in contenders}
     for _ in range(rounds):

@@ -12,6 +12,8 @@ import math
 
 from tvm import te, tirx
 
+from . import elemwise
+
 
 def dtype_of(x) -> str:
     """dtype string of a TIR expression (TVM 0.27 exposes it as ``.ty``)."""
@@ -55,6 +57,8 @@ def apply(value, idx, epilogue, extras):
         if op in ("bias", "residual"):
             t = rest.pop(0)
             value = value + t[tuple(broadcast_index(t, idx))].astype(dtype_of(value))
+        elif dtype_of(value) == "float32":  # vectorizable polynomial forms (no scalar libm calls)
+            value = elemwise.ACTIVATIONS[op](value)
         else:
             value = ACTIVATION_EXPR[op](value)
     return value
