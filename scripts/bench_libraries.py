@@ -3,7 +3,8 @@
 
 For each case the same Relax model is built five ways: ``ours`` (libraries
 off: ext's best kernel by its normal selection), ``openblas`` and ``onednn``
-(the library candidate forced for every anchor), ``ext`` (libraries on,
+(the library candidate forced for every anchor, at the library's own thread
+setting: the "library alone"), ``ext`` (libraries on,
 selection by plevel/suits) and ``measured`` (``libraries="measure"``: the
 build times the libraries against ours and keeps the faster; a fresh cache
 per run). All are timed in the same rounds, the order rotating each round (a
@@ -53,7 +54,8 @@ class Force:
         self.name = name
 
     def best(self, wl, target):
-        return (self.name, {}, 0.0) if wl.op == REGISTRY.get(self.name).op else None
+        # threads=0: the library's own threading (what "the library alone" runs with)
+        return (self.name, {"threads": 0}, 0.0) if wl.op == REGISTRY.get(self.name).op else None
 
 
 def parse_case(case: str):

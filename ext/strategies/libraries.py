@@ -26,8 +26,9 @@ plus the epilogue pass over the output.
 
 Selection. By plevel the libraries are ``unsuited`` on CPU: on this machine
 class (2 shared Zen 4 cores) ext's kernels won all 16 GEMM and conv cases of
-``scripts/bench_libraries.py`` (OpenBLAS 2-75x slower, PyTorch 3-60x; both
-suffer far more than TVM's pool when the cores are shared), so
+``scripts/bench_libraries.py`` (OpenBLAS at its own threading 1.0x (a tie, on a
+batched 12x64x128x64) to 83x slower, PyTorch 6x to 2000x; both suffer far more
+than TVM's pool when the cores are shared), so
 ``libraries=True`` builds the same kernels as ``libraries=False`` unless a
 tuning log or ``libraries="measure"`` (build-time timing,
 ``ext.libraries.measure``) shows a library winning.
@@ -103,9 +104,11 @@ def library_candidate(name: str, targets: tuple, library: str, check, build, sui
                       threads: str = "any") -> Candidate:
     """A table entry for a library call (``needs_python``; one knob, ``threads``).
 
-    ``threads="one"`` pins a CPU library to one thread: PyTorch's OpenMP team, sharing the
-    cores with TVM's spinning thread pool, took ~30 ms per 64x64x64 GEMM and once livelocked
-    a benchmark round for over ten minutes on the loaded 2-core machine.
+    ``threads="one"`` pins a CPU library to one thread. Measured on the 2-core machine: a
+    library's thread team and TVM's pool, both spin-waiting, slow each other down whichever
+    ran last (a 1x4096x1024 GEMV of ours went from 0.42 ms to 3.5-6.8 ms after multi-threaded
+    OpenBLAS calls, and OpenBLAS from 0.65 to 13.9 ms after ours); PyTorch's OpenMP team took
+    ~30 ms per 64x64x64 GEMM and once livelocked a benchmark round for over ten minutes.
     """
     space, default = (_space, _default) if threads == "any" else (_one_thread, _one_thread_default)
     return register(Candidate(name, targets, PLEVEL.LIBRARY, check, LibraryConfig, space=space,
@@ -162,7 +165,7 @@ def _torch_check(device):
 
 
 library_candidate("matmul.openblas", ("llvm",), "openblas", _openblas_check,
-                  _matmul_build(blas.FUNC, "matmul.openblas"), _matmul_suits)
+                  _matmul_build(blas.FUNC, "matmul.openblas"), _matmul_suits, threads="one")
 library_candidate("matmul.onednn", ("llvm",), "onednn", _torch_check("cpu"),
                   _matmul_build(torch_ops.MATMUL, "matmul.onednn"), _matmul_suits, threads="one")
 library_candidate("matmul.cublas", ("cuda",), "cublas", _torch_check("cuda"),
