@@ -62,6 +62,9 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="threads for TVM and PyTorch (0: all usable cores)")
     p.add_argument("--cpu-time", action="store_true",
                    help="with --threads 1: time by this thread's CPU time (robust on a shared machine)")
+    p.add_argument("--settle", type=float, default=0.3,
+                   help="seconds to idle before each burst: PyTorch's OpenMP threads spin ~200 ms after a call "
+                        "and would take the second core from TVM's threads (and vice versa)")
     p.add_argument("--candidates", action="store_true", help="also time every applicable candidate")
     p.add_argument("--stock", action="store_true", help="also time stock TVM's default pipeline (slow)")
     p.add_argument("--layers", default="", help="comma-separated substrings selecting layers")
@@ -157,7 +160,10 @@ def main():
         ext_t(), tor_t()  # warm up
         te_, tt_, ratios = [], [], []
         for _ in range(args.rounds):
-            a, c = ext_t(), tor_t()
+            time.sleep(args.settle)
+            a = ext_t()
+            time.sleep(args.settle)
+            c = tor_t()
             te_.append(a)
             tt_.append(c)
             ratios.append(a / c)
