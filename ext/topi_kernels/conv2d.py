@@ -8,7 +8,7 @@ stride ``(sh, sw)``, padding ``(top, left, bottom, right)``, dilation
 
 Blocked direct (``direct_nchwc``)::
 
-    P[n, cb, hp, wp, ci] = Xpad[n, cb*icb + ci, hp, wp]          # pad + pack, in-kernel
+    P[n, cb, hp, wp, ci] = Xpad[n, cb*icb + ci, hp, wp]          # pad + pack, in-kernel (1x1: subsampled)
     for n, ob, oh, ow (ow padded to OWp), oi in ocb:               # C in NCHW[ocb]c
         C[n, ob, oh, ow, oi] = sum_{rc, kh, kw, ri}
             P[n, cb(ob, rc), oh*sh + kh*dh, ow*sw + kw*dw, ri] * Wp[ob, rc, kh, kw, ri, oi]
@@ -123,12 +123,18 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
     dh, dw = g.dilation
     OWp = ceil_to(g.OW, ow_pad)
     CB = RC * g.groups
+    # a 1x1 kernel reads only every stride-th pixel: the pack subsamples, the conv reads P densely
+    fold = (g.KH, g.KW) == (1, 1)
+    ph, pw = (sh, sw) if fold else (1, 1)
+    if fold:
+        sh = sw = 1
     Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
     Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
     read = padded_read(X, g)
 
     def pack(n, cb, hp, wp, ci):
         c = cb * icb + ci
+        hp, wp = hp * ph, wp * pw
         val = read(n, te.min(c, _i64(g.C - 1)), hp, wp)
         # padded width columns past OW (ow_pad) and channels past C read zeros
         ok = tirx.all(c < g.C, wp < g.W + g.pad[1])
