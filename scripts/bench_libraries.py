@@ -39,6 +39,7 @@ from tvm import relax  # noqa: E402
 
 from ext.bench import gflops, interleaved  # noqa: E402
 from ext.strategies import REGISTRY, SelectionReport  # noqa: E402
+from ext.strategies.registry import config_to_dict  # noqa: E402
 
 DEFAULT_CASES = ["1x1x1", "7x13x5", "64x64x64", "1x4096x1024", "16x1024x1024", "4096x32x256",
                  "777x333x1000", "128x3072x768", "1024x1024x1024", "256x1024x1024:t", "64x128x64:b12",
@@ -54,8 +55,12 @@ class Force:
         self.name = name
 
     def best(self, wl, target):
-        # threads=0: the library's own threading (what "the library alone" runs with)
-        return (self.name, {"threads": 0}, 0.0) if wl.op == REGISTRY.get(self.name).op else None
+        cand = REGISTRY.get(self.name)
+        if wl.op != cand.op:
+            return None
+        # a library at its own threading (threads=0: what "the library alone" runs with)
+        cfg = {"threads": 0} if cand.library else config_to_dict(cand.default_config(wl, target))
+        return (self.name, cfg, 0.0)
 
 
 def parse_case(case: str):
