@@ -87,6 +87,8 @@ class Selector:
         for cand in self.registry.for_op(wl.op):
             if cand.library is not None and not self.libraries:
                 continue  # libraries off: the report shows our own kernels only
+            if self.target.kind.name not in cand.targets:
+                continue  # another target's kernel is no alternative here; keep reports readable
             if failed and cand.name in failed:
                 alts.append(Alternative(cand.name, "failed", failed[cand.name]))
                 continue
