@@ -1,16 +1,11 @@
 """FLOP counts per op family (multiply-add counts 2); used for GFLOPS and task weights."""
 from __future__ import annotations
 
-import math
-
 from .workload import Workload, numel
 
 
 def _matmul(wl: Workload) -> float:
-    a, b = wl.shapes[0], wl.shapes[1]
-    k = a[-1]
-    out = numel(wl.attr("out_shape") or _matmul_out(wl))
-    return 2.0 * out * k
+    return 2.0 * numel(wl.attr("out_shape") or _matmul_out(wl)) * wl.shapes[0][-1]
 
 
 def _matmul_out(wl: Workload):
@@ -51,4 +46,4 @@ def matmul_out_shape(wl: Workload) -> tuple:
     return _matmul_out(wl)
 
 
-__all__ = ["count", "matmul_out_shape", "math"]
+__all__ = ["count", "matmul_out_shape"]

@@ -36,8 +36,10 @@ class CompiledCandidate:
             self.kernel = _LibraryKernel(built, target)
         else:
             self.kernel = tvm.compile(built.with_attr("global_symbol", "kernel"), target=target)
+        funcs = cand.input_transforms(wl, config, target)
         self.transforms = {i: tvm.compile(f.with_attr("global_symbol", "transform"), target=target)
-                           for i, f in cand.input_transforms(wl, config, target).items()}
+                           for i, f in funcs.items()}
+        self.transform_shapes = {i: param_shape(f, -1) for i, f in funcs.items()}
         self.dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda(0)
 
     def prepare(self, inputs) -> list:
@@ -47,8 +49,7 @@ class CompiledCandidate:
             t = tvm.runtime.tensor(np.ascontiguousarray(x), self.dev)
             if i in self.transforms:
                 fn = self.transforms[i]
-                shape = [int(d) for d in _transform_out_shape(self.cand, self.wl, self.config, self.target, i)]
-                dst = tvm.runtime.empty(shape, x.dtype, self.dev)
+                dst = tvm.runtime.empty(self.transform_shapes[i], x.dtype, self.dev)
                 fn["transform"](t, dst)
                 t = dst
             args.append(t)
@@ -114,10 +115,6 @@ class _LibraryKernel:
                 tvm.runtime.device(out.device.dlpack_device_type(), 0).sync()
             times.append((time.perf_counter() - t0) / number)
         return float(np.median(times))
-
-
-def _transform_out_shape(cand, wl, config, target, index):
-    return param_shape(cand.input_transforms(wl, config, target)[index], -1)
 
 
 def random_inputs(wl: Workload, seed: int = 0, low: float = -1.0, high: float = 1.0) -> list[np.ndarray]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import relax
 
 
@@ -64,4 +63,4 @@ def mlp(batch: int = 32, sizes=(784, 512, 256, 10), seed: int = 0):
     return bb.get()
 
 
-__all__ = ["dense", "numpy_reference", "mlp", "tvm"]
+__all__ = ["dense", "numpy_reference", "mlp"]

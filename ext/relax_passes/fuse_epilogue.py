@@ -59,7 +59,7 @@ def _check_chain(family, variant: str, parts: tuple):
         if not family.check(variant, ann):
             return False
         anchor = ann["anchor"]
-        chan = getattr(family, "channel_axis", -1)
+        chan = family.channel_axis
         if "bias" in parts and not _is_bias(ann["bias"], anchor, chan(anchor) if callable(chan) else chan):
             return False
         if "residual" in parts and not (_same_shape(ann["residual"], anchor)

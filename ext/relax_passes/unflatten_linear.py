@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
@@ -83,4 +82,4 @@ class UnflattenLinear:
         return _unflatten(func) if isinstance(func, relax.Function) else func
 
 
-__all__ = ["UnflattenLinear", "tvm"]
+__all__ = ["UnflattenLinear"]

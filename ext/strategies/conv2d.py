@@ -22,7 +22,7 @@ from tvm import te
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish, pick_divisor
 from ..tir_schedules.cpu import conv2d as sched
-from ..tir_schedules.cpu.conv2d import DirectConfig, RowConfig
+from ..tir_schedules.cpu.conv2d import DirectConfig
 from ..tir_schedules.cpu.winograd import WinogradConfig, schedule_winograd
 from ..topi_kernels import conv2d as cv
 from ..topi_kernels import winograd as wg

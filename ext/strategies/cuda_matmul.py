@@ -17,7 +17,7 @@ from ..tir_schedules.cuda import matmul as sched
 from ..tir_schedules.cuda.matmul import GemvConfig, SmallConfig, TensorCoreConfig, TiledConfig
 from ..topi_kernels import matmul as mm
 from ..workload import Workload
-from .matmul import _placeholders, dims
+from .matmul import _placeholders, dims, not_matrix_vector
 from .registry import PLEVEL, Candidate, register
 
 IN_DTYPES = ("float16", "float32")
@@ -188,11 +188,7 @@ register(Candidate("matmul.cuda_tensorcore", ("cuda",), PLEVEL.SPECIALIZED, _tc_
 # -- matmul.cuda_gemv --------------------------------------------------------------------------
 
 def _gemv_check(wl, target):
-    reason = _check_common(wl, target)
-    if reason:
-        return reason
-    M, N, _ = dims(wl)
-    return None if min(M, N) == 1 else f"not a matrix-vector product (M={M}, N={N})"
+    return _check_common(wl, target) or not_matrix_vector(wl)
 
 
 def _gemv_form(wl) -> str:

@@ -180,12 +180,14 @@ register(Candidate("matmul.packed", ("llvm",), PLEVEL.BLOCKED, _packed_check, Ti
 
 # -- matmul.gemv -------------------------------------------------------------------------------
 
-def _gemv_check(wl, target):
-    reason = _check_common(wl, target)
-    if reason:
-        return reason
+def not_matrix_vector(wl) -> str | None:
+    """Why a 2-D matmul workload is not a GEMV (None when M or N is 1); shared by CPU and CUDA."""
     M, N, _ = dims(wl)
     return None if min(M, N) == 1 else f"not a matrix-vector product (M={M}, N={N})"
+
+
+def _gemv_check(wl, target):
+    return _check_common(wl, target) or not_matrix_vector(wl)
 
 
 def _gemv_form(wl) -> str:

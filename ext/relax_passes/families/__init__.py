@@ -84,6 +84,18 @@ class Composite:
         return tuple(out)
 
 
+def single_op_anchor(op: str):
+    """Pattern factory for a bare one-input anchor ``op(x)`` (annotations ``anchor`` and ``x``)."""
+    from tvm.relax.dpl import is_op, wildcard
+
+    def factory():
+        x = wildcard()
+        anchor = is_op(op)(x)
+        return anchor, {"anchor": anchor, "x": x}
+
+    return factory
+
+
 def static_shape(expr) -> tuple:
     """Shape of a tensor expression: ints where static, strings where symbolic."""
     return tuple(int(d) if hasattr(d, "value") else str(d) for d in expr.ty.shape)

@@ -7,21 +7,11 @@ Workload: ``shapes = [x]``; attrs ``kind`` (``"max"``/``"avg"``), ``pool_size``,
 from __future__ import annotations
 
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ...workload import Workload
-from . import Composite, Family, dtype, register_family, static_shape
+from . import Composite, Family, dtype, register_family, single_op_anchor, static_shape
 
 OPS = {"relax.nn.max_pool2d": "max", "relax.nn.avg_pool2d": "avg"}
-
-
-def _anchor(op):
-    def factory():
-        x = wildcard()
-        anchor = is_op(op)(x)
-        return anchor, {"anchor": anchor, "x": x}
-
-    return factory
 
 
 def _check(variant: str, ann: dict) -> bool:
@@ -42,5 +32,5 @@ def _extract(comp: Composite):
     return Workload("pool2d", [static_shape(x)], [dtype(x)], dtype(call), attrs=attrs), [x], None
 
 
-register_family(Family("pool2d", [(kind, _anchor(op)) for op, kind in OPS.items()], _check, _extract,
+register_family(Family("pool2d", [(kind, single_op_anchor(op)) for op, kind in OPS.items()], _check, _extract,
                        chains=False))

@@ -11,21 +11,11 @@ from __future__ import annotations
 import math
 
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ...workload import Workload
-from . import Composite, Family, dtype, register_family, static_shape
+from . import Composite, Family, dtype, register_family, single_op_anchor, static_shape
 
 OPS = {"relax.sum": "sum", "relax.mean": "mean", "relax.max": "max", "relax.min": "min"}
-
-
-def _factory(op):
-    def pattern():
-        x = wildcard()
-        anchor = is_op(op)(x)
-        return anchor, {"anchor": anchor, "x": x}
-
-    return pattern
 
 
 def canonical(shape, axes) -> tuple | None:
@@ -71,5 +61,5 @@ def _extract(comp: Composite):
     return wl, [relax.op.reshape(x, dims)], (lambda y: relax.op.reshape(y, out_shape))
 
 
-register_family(Family("reduce", [(name.split(".")[1], _factory(op)) for op, name in
+register_family(Family("reduce", [(name.split(".")[1], single_op_anchor(op)) for op, name in
                                   [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False))

@@ -12,20 +12,10 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.dpl import is_op, wildcard
 
 from ...topi_kernels.layout import canonical_permutation, split_axes_form
 from ...workload import Workload
-from . import Composite, Family, dtype, register_family, static_shape
-
-
-def _factory(op):
-    def pattern():
-        x = wildcard()
-        anchor = is_op(op)(x)
-        return anchor, {"anchor": anchor, "x": x}
-
-    return pattern
+from . import Composite, Family, dtype, register_family, single_op_anchor, static_shape
 
 
 def view(call) -> tuple | None:
@@ -65,6 +55,6 @@ def _extract(comp: Composite):
     return wl, [relax.op.reshape(x, dims)], (lambda y: relax.op.reshape(y, out_shape))
 
 
-register_family(Family("transpose", [("permute", _factory("relax.permute_dims")),
-                                     ("layout", _factory("relax.layout_transform"))], _check, _extract,
+register_family(Family("transpose", [("permute", single_op_anchor("relax.permute_dims")),
+                                     ("layout", single_op_anchor("relax.layout_transform"))], _check, _extract,
                        chains=False))
