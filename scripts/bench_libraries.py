@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Vendor libraries against ext's own kernels, and ext's pick, in one run.
 
-For each case the same Relax model is built five ways: ``ours`` (libraries
-off: ext's best kernel by its normal selection), ``openblas`` and ``onednn``
-(the library candidate forced for every anchor, at the library's own thread
-setting: the "library alone"), ``ext`` (libraries on,
+For each case the same Relax model is built several ways: ``ours`` (libraries
+off: ext's best kernel by its normal selection), ``openblas@1``/``openblas@all``
+and ``onednn@1``/``onednn@all`` (the library candidate forced for every
+anchor, on one thread or on all cores: "the library alone" is the faster of
+the two; a library on all cores contends with TVM's worker threads, which spin
+for a while after every parallel kernel), ``ext`` (libraries on,
 selection by plevel/suits) and ``measured`` (``libraries="measure"``: the
 build times the libraries against ours and keeps the faster; a fresh cache
 per run). All are timed in the same rounds, the order rotating each round (a
@@ -49,17 +51,17 @@ LIBRARIES = {"matmul": ("matmul.openblas", "matmul.onednn"), "conv2d": ("conv2d.
 
 
 class Force:
-    """A tuning-history stand-in that picks one candidate for every workload it applies to."""
+    """A tuning-history stand-in that picks one candidate for every workload it applies to;
+    a library at ``threads`` (0: its own setting, all cores)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, threads: int = 0):
+        self.name, self.threads = name, threads
 
     def best(self, wl, target):
         cand = REGISTRY.get(self.name)
         if wl.op != cand.op:
             return None
-        # a library at its own threading (threads=0: what "the library alone" runs with)
-        cfg = {"threads": 0} if cand.library else config_to_dict(cand.default_config(wl, target))
+        cfg = {"threads": self.threads} if cand.library else config_to_dict(cand.default_config(wl, target))
         return (self.name, cfg, 0.0)
 
 
@@ -144,9 +146,15 @@ def conv_model(C, H, O, K, S, seed=0):
     return bb.get(), [x], np.maximum(ref, 0), 2.0 * O * C * K * K * oh * oh
 
 
+def _forced(force: str):
+    """``"matmul.openblas@1"`` -> ("matmul.openblas", 1); no ``@``: threads 0 (the library's own)."""
+    name, _, threads = force.partition("@")
+    return name, int(threads or 0)
+
+
 def build(mod, target, *, libraries=True, force=None):
     rep = SelectionReport(ext.target.describe(target))
-    pipe = ext.pipeline(target, report=rep, libraries=libraries, history=Force(force) if force else None)
+    pipe = ext.pipeline(target, report=rep, libraries=libraries, history=Force(*_forced(force)) if force else None)
     t0 = time.perf_counter()
     ex = relax.build(mod, target, relax_pipeline=pipe)
     return ex, rep, time.perf_counter() - t0
@@ -178,7 +186,8 @@ class BenchLock:
             self.f.close()
 
 
-def rotated(contenders: dict, reference: str, rounds: int, min_seconds: float = 0.05) -> dict:
+def rotated(contenders: dict, reference: str, rounds: int, min_seconds: float = 0.05,
+            settle: float = 0.25) -> dict:
     """Like ``ext.bench.interleaved`` but the order rotates every round."""
     import statistics
 
@@ -189,7 +198,7 @@ def rotated(contenders: dict, reference: str, rounds: int, min_seconds: float = 
     for r in range(rounds):
         for n in names[r % len(names):] + names[: r % len(names)]:
             times[n].append(burst(contenders[n], min_seconds))
-            time.sleep(0.01)  # let a library's spinning threads go idle before the next contender
+            time.sleep(settle)  # let a library's spinning threads go idle before the next contender
     ref = times[reference]
     keep = [i for i, t in enumerate(ref) if t <= 1.5 * min(ref)]
     if len(keep) < (rounds + 1) // 2:
@@ -208,7 +217,11 @@ def bench_case(case, target, rounds, lock, cache):
         mod, inputs, ref = model(M, N, K, runtime_weight, batch, plain)
         flops = 2.0 * M * N * K * (batch or 1)
     variants = {"ours": dict(libraries=False)}
-    variants.update({name.split(".")[1]: dict(force=name) for name in LIBRARIES[op]})
+    # the library alone, at each thread setting: one thread (no contention with TVM's worker
+    # threads, which spin after every parallel kernel) and all cores (the library's own setting)
+    for name in LIBRARIES[op]:
+        for threads, tag in ((1, "1"), (0, "all")):
+            variants[f"{name.split('.')[1]}@{tag}"] = dict(force=f"{name}@{threads}")
     variants["ext"] = dict(libraries=True)
     variants["measured"] = dict(libraries="measure")
     contenders, picks, errs, builds = {}, {}, {}, {}
@@ -219,8 +232,9 @@ def bench_case(case, target, rounds, lock, cache):
     for label, kw in variants.items():
         ex, rep, secs = build(mod, target, **kw)
         d = rep.decisions[0]
-        if kw.get("force") and d.name != kw["force"]:
-            picks[label] = f"declined: {next((a.reason for a in d.alternatives if a.candidate == kw['force']), '?')}"
+        forced = _forced(kw["force"])[0] if kw.get("force") else None
+        if forced and d.name != forced:
+            picks[label] = f"declined: {next((a.reason for a in d.alternatives if a.candidate == forced), '?')}"
             continue
         call, fn = vm_call(ex, inputs)
         out = call().numpy()
@@ -284,7 +298,7 @@ def main(argv=None):
         rows.append(row)
         print(f"{case}: " + "; ".join(f"{k}={v}" for k, v in row["picks"].items())
               + f"; max abs err {max(row['max_abs_err'].values()):.1e}", flush=True)
-    labels = ["ours", "openblas", "onednn", "ext", "measured"]
+    labels = ["ours"] + [f"{n.split('.')[1]}@{t}" for n in LIBRARIES["matmul"] for t in ("1", "all")] + ["ext", "measured"]
     print("\n| case | " + " | ".join(labels) + " | winner | ext (plevel) / faster-of | ext (measured) / faster-of |")
     print("|---|" + "---|" * len(labels) + "---|---|---|")
     worst = {"ext": 0.0, "measured": 0.0}
