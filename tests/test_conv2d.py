@@ -131,3 +131,25 @@ def test_unsupported_conv_falls_back_with_reason(cpu_target):
     assert any("float32" in a.reason for a in dec.alternatives)
     xv = rng.uniform(-1, 1, (1, 3, 6, 6))
     assert_close(run_relax(ex, xv), np.maximum(conv_ref_nchw(xv, w, pad=(1, 1, 1, 1)), 0), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name,knob,values", [("conv2d.direct_nchwc", "order", ("rows", "channels")),
+                                              ("conv2d.winograd", "parallel", ("tiles", "stages"))])
+@pytest.mark.parametrize("shape", [(2, 17, 11, 13, 19, 3, 1, 1, 1, 1), (1, 32, 23, 9, 33, 3, 2, 1, 1, 1)],
+                         ids=_id)
+def test_thread_split_knobs_agree(cpu_target, name, knob, values, shape):
+    """Both ways of splitting work between threads give the reference result (odd sizes,
+    batch 2, stride 2 where the candidate takes it)."""
+    import dataclasses
+
+    N, C, H, W, O, K, s, p, d, g = shape
+    wl = conv_wl(N, C, H, W, O, K, stride=s, pad=p, dil=d, groups=g, epilogue=("bias", "residual", "relu"))
+    cand = REGISTRY.get(name)
+    if not cand.applies(wl, cpu_target):
+        pytest.skip(cand.applies(wl, cpu_target).reason)
+    xs = random_inputs(wl, seed=11)
+    ref = reference(wl, xs)
+    tol = dict(rtol=0, atol=1e-4 * max(1.0, float(abs(ref).max()))) if name == "conv2d.winograd" else conv_tol(wl)
+    for value in values:
+        cfg = dataclasses.replace(cand.default_config(wl, cpu_target), **{knob: value})
+        assert_close(CompiledCandidate(cand, wl, cfg, cpu_target).run(xs), ref, **tol, what=f"{name} {cfg}")

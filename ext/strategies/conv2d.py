@@ -116,13 +116,19 @@ def _direct_suits(wl, target):
     return None
 
 
+def direct_order(g: cv.ConvGeom, target) -> str:
+    """``"rows"`` (threads split the image by rows in every stage) while the whole packed
+    weight fits in half the L2, else ``"channels"`` (one channel block's weights stay in L2)."""
+    return "rows" if g.O * g.Cg * g.KH * g.KW * 4 <= cpu_info(target).l2_bytes // 2 else "channels"
+
+
 def _direct_default(wl, target) -> DirectConfig:
     g, ln = geom(wl), lanes(target)
     wide = g.OW >= 32 and g.O >= 4 * ln  # many columns: 4 x 4-vector tiles (56x56 layers)
     icb, ocb = _direct_blocks(g, ln, 4 * ln if wide else 2 * ln)
     vecs = max(1, ocb // ln)
     reg_n = 4 if wide else pick_reg_n(g.OW, min(14, 28 // vecs))
-    return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n)
+    return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=direct_order(g, target))
 
 
 def _direct_space(wl, target):
@@ -133,9 +139,10 @@ def _direct_space(wl, target):
         vecs = max(1, ocb // ln)
         for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, 28 // vecs)}):
             if reg_n * vecs <= 28 and reg_n <= max(g.OW, 4):
-                cfg = DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n)
-                if cfg not in out:
-                    out.append(cfg)
+                for order in ("rows", "channels"):
+                    cfg = DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=order)
+                    if cfg not in out:
+                        out.append(cfg)
     return out
 
 
@@ -222,15 +229,24 @@ def _wino_suits(wl, target):
     return None
 
 
+def wino_parallel(g, m: int) -> str:
+    """``"tiles"`` (each thread keeps its block of tiles through every stage, but reads all of
+    the transformed filter U) when U is smaller than the transformed data V plus the GEMM
+    output, i.e. ``C*O < T*(C+O)``; else ``"stages"`` (threads split U's panels)."""
+    T = wg.tiles(g, m)[2]
+    return "tiles" if g.C * g.O < T * (g.C + g.O) else "stages"
+
+
 def _wino_default(wl, target):
     g, ln = geom(wl), lanes(target)
-    return WinogradConfig(tile=wino_tile(g), mb=4, nb=min(64, ceil_to(g.O, ln)))
+    m = wino_tile(g)
+    return WinogradConfig(tile=m, mb=4, nb=min(64, ceil_to(g.O, ln)), parallel=wino_parallel(g, m))
 
 
 def _wino_space(wl, target):
     g, ln = geom(wl), lanes(target)
-    return [WinogradConfig(tile=m, mb=mb, nb=nb) for m in (2, 4) for nb in (16, 32, 64)
-            if nb <= max(ln, ceil_to(g.O, ln)) for mb in (2, 4, 6)]
+    return [WinogradConfig(tile=m, mb=mb, nb=nb, parallel=par) for m in (2, 4) for nb in (16, 32, 64)
+            if nb <= max(ln, ceil_to(g.O, ln)) for mb in (2, 4, 6) for par in ("tiles", "stages")]
 
 
 def _wino_build(wl, cfg, target):
@@ -242,7 +258,7 @@ def _wino_build(wl, cfg, target):
     _, MM = wg.batched_gemm(V, U, O=g.O, mb=cfg.mb, nb=cfg.nb, out_dtype=wl.out_dtype)
     _, _, out = wg.inverse_transform(MM, g, cfg.tile, wl.epilogue, extras, wl.out_dtype)
     sch = create_schedule([X, U, *extras, out])
-    schedule_winograd(sch, cfg, ln, kb, ob)
+    schedule_winograd(sch, cfg, ln, kb, ob, threads=cpu_info(target).cores)
     return finish(sch, "conv2d.winograd")
 
 

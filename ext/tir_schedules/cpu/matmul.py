@@ -31,6 +31,8 @@ class TileConfig:
     """Register tile ``mb x nb`` (nb a multiple of the vector width) and how threads split work.
 
     parallel: ``"panels"`` splits column panels; ``"tiles"`` splits (panel, row tile) pairs;
+    ``"rows"`` gives each thread one contiguous block of rows (every batch and panel of it), so a
+    thread reads only the rows it produced in an earlier stage of the same kernel (Winograd);
     ``"none"`` runs on the calling thread (tiny problems: a thread-pool launch costs more).
     """
 
@@ -48,14 +50,19 @@ class DotConfig:
     parallel: bool = True
 
 
-def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0) -> None:
-    """Schedule blocks ``C`` (padded accumulation) and ``D`` (fused output), see module doc."""
+def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0, threads: int = 2) -> None:
+    """Schedule blocks ``C`` (padded accumulation) and ``D`` (fused output), see module doc;
+    ``threads`` is the number of row blocks of ``parallel="rows"``."""
     d = sch.get_sblock("D")
     loops = sch.get_loops(d)
     batch, i, j = loops[:nbatch], loops[nbatch], loops[nbatch + 1]
     i0, i1 = sch.split(i, [None, cfg.mb])
     j0, j1 = sch.split(j, [None, cfg.nb])
-    sch.reorder(*batch, j0, i0, i1, j1)
+    row_block = []
+    if cfg.parallel == "rows":
+        rb, i0 = sch.split(i0, [max(1, min(threads, extent(sch, i0))), None])
+        row_block = [rb]
+    sch.reorder(*row_block, *batch, j0, i0, i1, j1)
     c = sch.get_sblock("C")
     sch.compute_at(c, i0, preserve_unit_loops=True)
     sch.set_scope(c, 0, "local")
@@ -70,7 +77,9 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
     else:
         sch.vectorize(cj)
     _vectorize_store(sch, j1, cfg.nb, lanes)
-    if cfg.parallel != "none":
+    if cfg.parallel == "rows":
+        sch.parallel(row_block[0])
+    elif cfg.parallel != "none":
         outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     sch.decompose_reduction(c, ck)
