@@ -48,7 +48,7 @@ def interleaved(contenders: dict[str, Callable[[], object]], reference: str, rou
         kept = [ts[i] for i in keep]
         out[name] = {"median_s": statistics.median(kept),
                      "ratio": statistics.median(ts[i] / ref[i] for i in keep),
-                     "spread": (min(kept), max(kept))}
+                     "spread": (min(kept), max(kept)), "best_s": min(ts)}
     return out
 
 

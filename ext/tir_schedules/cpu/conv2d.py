@@ -17,8 +17,9 @@ channels per tile, a multiple of the vector width), ``reg_n`` (output columns
 per tile), ``order``: ``"channels"`` runs every row of one channel block before
 the next (its weights stay in L2; for large weights), ``"rows"`` runs every
 channel block of one row before the next, and packs by rows too, so each
-thread reads the pixels it packed itself (the two vCPUs here at times share no
-cache; stride-2 56x56 layer: 0.87 -> see the closing note). ``reg_n * ocb / lanes`` accumulators must fit in the 32 zmm
+thread reads the pixels it packed itself (stride-2 56x56 layer: 0.57-0.59 ms
+against 0.57-0.60 with channels first; less exposed to this VM's slow state,
+see README). ``reg_n * ocb / lanes`` accumulators must fit in the 32 zmm
 registers with room for the broadcast and weight vectors: <= 28.
 
 Depthwise (``P``, ``C``, ``D``): parallel over (n, o, oh), output row in

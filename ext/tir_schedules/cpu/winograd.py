@@ -10,12 +10,14 @@
       Z1 = row pass of A^T MM (local); Y[0:m^2, t, ob*16 : +16] = column pass
     parallel for (n, tile row): out[n, :, rows, :] = epilogue(Y ...)  # NCHW, fused bias/act/residual
 
-Every stage splits its work by image rows / tiles in the same order, so each
-thread reads back mostly what it wrote itself (``parallel="tiles"``): on this
-VM the two vCPUs are at times placed where they share no cache, and a stage
-reading the other thread's output then ran 1.7-2.8x slower (56x56 layer,
-measured). ``parallel="stages"`` is the former split (GEMM over transformed
-positions, output over channels), kept for tuning.
+With ``parallel="tiles"`` every stage splits its work by image rows / tiles
+in the same order, so each thread reads back mostly what it wrote itself; it
+pays for that by every thread streaming all of U, so it is the default only
+when U is smaller than the transformed data (``wino_parallel``). Measured on
+the 56x56x64 layer: 0.46-0.48 ms against 0.50-0.51 ms, and in this VM's slow
+state (README) 1.5x instead of 2.0x its normal time. ``parallel="stages"`` is
+the stage-wise split (GEMM over transformed positions and U's panels, output
+over channels), the default for weight-heavy layers.
 
 Knobs (``WinogradConfig``): ``tile`` m (2 or 4), the GEMM's ``mb`` x ``nb``
 register tile (``nb`` a multiple of the vector width), ``parallel``.
