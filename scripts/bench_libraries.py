@@ -11,7 +11,8 @@ selection by plevel/suits) and ``measured`` (``libraries="measure"``: the
 build times the libraries against ours and keeps the faster; a fresh cache
 per run). All are timed in the same rounds, the order rotating each round (a
 library's spinning thread pool slows whatever runs next), and the table says
-whether each ext build stayed within 5% of the faster of (ours, best library). A second table measures the call
+whether each ext build stayed within 5% of the faster of (ours, best library), by the median
+of per-round ratios or by the ratio of fastest rounds (SLOWER only when both exceed 1.05). A second table measures the call
 overhead of the library path: a 64x64x64 GEMM through each library against
 our direct kernel, and an empty packed call through the VM.
 
@@ -307,14 +308,17 @@ def main(argv=None):
                  for k in labels]
         verdicts = []
         for key in worst:
+            # both statistics estimate the same ratio; a real slowdown shows in both, noise
+            # (another process, the VM's slow state) in one of them
             med, best = r[f"{key}_vs_best"], r[f"{key}_vs_best_min"]
-            worst[key] = max(worst[key], best)
+            worst[key] = max(worst[key], min(med, best))
             same = " (same kernel as ours)" if r["same_as_ours"][key] else ""
-            verdicts.append(f"median {med:.2f}, best-of-rounds {best:.3f} {'ok' if best <= 1.05 else 'SLOWER'}{same}")
+            verdicts.append(f"median {med:.2f}, best-of-rounds {best:.3f} {'ok' if min(med, best) <= 1.05 else 'SLOWER'}{same}")
         print(f"| {r['case']} | " + " | ".join(cells) + f" | {r['winner']} | " + " | ".join(verdicts) + " |")
     print("\n(median ms per call and GFLOPS; ratio = time / ours in the same rounds; faster-of = the faster "
           "of ours and the best library, as a median of per-round ratios and as a ratio of each one's fastest "
-          f"round; worst best-of-rounds: plevel {worst['ext']:.3f}, measured {worst['measured']:.3f})")
+          f"round; a case is SLOWER when both exceed 1.05; worst of the smaller of the two: plevel "
+          f"{worst['ext']:.3f}, measured {worst['measured']:.3f})")
     out = {"cases": rows}
     if not args.no_overhead:
         ov = overhead(target, args.rounds, lock)
