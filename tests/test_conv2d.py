@@ -25,6 +25,8 @@ SHAPES = [
     (1, 13, 5, 7, 29, 1, 1, 0, 1, 1),      # 1x1
     (1, 24, 17, 17, 40, 1, 2, 0, 1, 1),    # 1x1 stride 2 (ResNet downsample)
     (2, 20, 6, 6, 18, 1, 1, 0, 1, 1),      # 1x1 batch 2
+    (1, 32, 9, 9, 40, 1, 1, 0, 1, 1),      # 1x1 reading X in place (C a multiple of the block)
+    (2, 16, 7, 5, 24, 1, 1, 0, 1, 1),      # the same, batch 2, odd width
     (1, 64, 14, 14, 64, 3, 1, 1, 1, 1),    # a ResNet layer (smaller)
 ]
 
@@ -153,3 +155,22 @@ def test_thread_split_knobs_agree(cpu_target, name, knob, values, shape):
     for value in values:
         cfg = dataclasses.replace(cand.default_config(wl, cpu_target), **{knob: value})
         assert_close(CompiledCandidate(cand, wl, cfg, cpu_target).run(xs), ref, **tol, what=f"{name} {cfg}")
+
+
+def test_1x1_stride1_reads_input_in_place():
+    """1x1 stride-1 unpadded convs whose channels fill whole blocks skip the pack stage;
+    stride 2, padding or a partial channel block keep it."""
+    from tvm import te
+
+    from ext.topi_kernels import conv2d as cv
+
+    def pack_of(C, stride=(1, 1), pad=(0, 0, 0, 0)):
+        g = cv.ConvGeom(1, C, 9, 9, 40, 1, 1, stride=stride, pad=pad)
+        X = te.placeholder((1, C, 9, 9), name="X")
+        Wp = te.placeholder((2, -(-C // 16), 1, 1, 16, 32), name="Wp")
+        return cv.conv2d_nchwc(X, Wp, g, icb=16, ocb=32, ow_pad=g.OW)[0]
+
+    assert pack_of(32) is None
+    assert pack_of(32, stride=(2, 2)) is not None
+    assert pack_of(32, pad=(1, 1, 1, 1)) is not None
+    assert pack_of(20) is not None

@@ -8,7 +8,8 @@ stride ``(sh, sw)``, padding ``(top, left, bottom, right)``, dilation
 
 Blocked direct (``direct_nchwc``)::
 
-    P[n, cb, hp, wp, ci] = Xpad[n, cb*icb + ci, hp, wp]          # pad + pack, in-kernel (1x1: subsampled)
+    P[n, cb, hp, wp, ci] = Xpad[n, cb*icb + ci, hp, wp]          # pad + pack, in-kernel (1x1: subsampled;
+                                                                   # 1x1 stride 1, no padding: X read in place)
     for n, ob, oh, ow (ow padded to OWp), oi in ocb:               # C in NCHW[ocb]c
         C[n, ob, oh, ow, oi] = sum_{rc, kh, kw, ri}
             P[n, cb(ob, rc), oh*sh + kh*dh, ow*sw + kw*dw, ri] * Wp[ob, rc, kh, kw, ri, oi]
@@ -19,7 +20,11 @@ Blocked direct (``direct_nchwc``)::
 once at compile time for constant weights. With groups > 1 the blocks must
 divide the per-group channel counts and ``cb(ob, rc)`` picks the group's
 input blocks. Bytes: the input once (pack), the weight once per output row
-tile, the output twice (C, then D).
+tile, the output twice (C, then D). A 1x1 stride-1 unpadded conv whose channels
+fill whole ``icb`` blocks (and whose width needs no padding) skips ``P`` and
+broadcasts from ``X`` itself: consecutive columns of one channel are contiguous
+in NCHW, and the pack's copy cost 4-33% of those layers (ResNet-50's 1x1 convs,
+measured alone).
 
 GEMM forms (``conv_gemm_operands``): with ``K = C*KH*KW`` and ``P = N*OH*OW``
 columns, ``C[o, p] = sum_k W2[o, k] * Bp[p // nb, k, p % nb]``: ``Bp`` is the
@@ -140,7 +145,17 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         ok = tirx.all(c < g.C, wp < g.W + g.pad[1])
         return tirx.if_then_else(ok, val, _zero(X.dtype))
 
-    P = te.compute((_i64(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
+    direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and OWp == g.OW and g.groups == 1
+              and g.C % icb == 0)
+    if direct:  # a 1x1 stride-1 conv reads X in place: no pack
+        P = None
+
+        def at(idx):
+            n, cb, h, w, ci = idx
+            return X[n, cb * icb + ci, h, w]
+    else:
+        P = te.compute((_i64(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
+        at = P.__getitem__
     rc = te.reduce_axis((_i64(0), _i64(RC)), name="rc")
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
@@ -149,7 +164,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
 
     def conv(n, ob, oh, ow, oi):
         cb = rc if g.groups == 1 else (ob // obg) * RC + rc
-        return te.sum(P[n, cb, oh * sh + kh * dh, ow * sw + kw * dw, ri].astype(out_dtype)
+        return te.sum(at((n, cb, oh * sh + kh * dh, ow * sw + kw * dw, ri)).astype(out_dtype)
                       * Wp[ob, rc, kh, kw, ri, oi].astype(out_dtype), axis=[rc, kh, kw, ri])
 
     C = te.compute((_i64(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")

@@ -87,7 +87,8 @@ def schedule_pack(sch: s_tir.Schedule, block: str, lanes: int, n_outer: int, by_
 def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) -> None:
     """Blocks ``P`` (pack), ``C`` (blocked conv), ``D`` (unpack + epilogue); see module doc."""
     rows = cfg.order == "rows"
-    schedule_pack(sch, "P", lanes, 3, by_rows=rows)
+    if _try(sch.get_sblock, "P"):  # 1x1 stride-1 convs read X in place
+        schedule_pack(sch, "P", lanes, 3, by_rows=rows)
     c = sch.get_sblock("C")
     n, ob, oh, ow, oi, rc, kh, kw, ri = sch.get_loops(c)
     owo, owi = sch.split(ow, [None, cfg.reg_n])
