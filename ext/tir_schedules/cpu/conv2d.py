@@ -42,7 +42,7 @@ class DirectConfig:
     icb: int = 16
     ocb: int = 32
     reg_n: int = 7
-    order: str = "channels"
+    order: str = "channels"  # the order before this knob existed: old tuning records keep their meaning
 
 
 @dataclasses.dataclass(frozen=True)
