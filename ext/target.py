@@ -74,6 +74,20 @@ def cuda(arch: str = "sm_80") -> Target:
     return Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
 
 
+def local_cuda_arch() -> str | None:
+    """``"sm_XY"`` of the GPU this process sees (device 0), or None without one."""
+    try:
+        import tvm
+
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            return None
+        major, minor = dev.compute_version.split(".")
+        return f"sm_{major}{minor}"
+    except Exception:  # no CUDA runtime in this TVM build, or no driver
+        return None
+
+
 def normalize(target: Any) -> Target:
     """Turn a Target, a dict or a kind name into a validated ``Target``.
 

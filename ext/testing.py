@@ -13,14 +13,17 @@ import pytest
 
 
 def has_gpu() -> bool:
-    if shutil.which("nvidia-smi") is None:
-        return False
-    try:
-        import tvm
+    from .target import local_cuda_arch
 
-        return bool(tvm.cuda(0).exist)
-    except Exception:
-        return False
+    return shutil.which("nvidia-smi") is not None and local_cuda_arch() is not None
+
+
+def own_candidates(wl, target) -> list:
+    """ext's own kernels (library calls left out) for ``wl``'s op on ``target`` that apply to ``wl``."""
+    from .strategies import REGISTRY
+
+    kind = target.kind.name
+    return [c for c in REGISTRY.for_op(wl.op, kind) if not c.library and c.applies(wl, target)]
 
 
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")

@@ -43,7 +43,7 @@ MS_STARTUP_LIMIT_S = 300
 
 def build_model(name: str, shape: str | None):
     """(Relax module, NumPy inputs, NumPy reference function) of a built-in model."""
-    from ext.models.gemm import dense, mlp, numpy_reference
+    from ext.models.gemm import dense, mlp
 
     rng = np.random.default_rng(0)
     if name in ("gemm", "gemm1024"):

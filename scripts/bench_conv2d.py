@@ -73,20 +73,6 @@ def parse_args():
     return p.parse_args()
 
 
-def conv_module(x_shape, w, b, stride, pad):
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = relax.op.nn.conv2d(x, relax.const(w), strides=stride, padding=pad)
-            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1)))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 #: clock of the timing bursts: wall time, or with --cpu-time this thread's CPU time (single-thread runs:
 #: both TVM's and PyTorch's one-thread kernels run on the calling thread, and time spent preempted by
 #: other processes on a shared machine is not counted)
@@ -128,9 +114,9 @@ def main():
     import tvm
     from tvm import relax
 
+    from ext.models.conv import conv_bias_relu
     from ext.runner import CompiledCandidate
     from ext.strategies import REGISTRY
-    from ext.workload import Workload
 
     threads = int(os.environ["TVM_NUM_THREADS"])
     if args.cpu_time:
@@ -152,7 +138,7 @@ def main():
         x = rng.uniform(-1, 1, (N, C, H, H)).astype("float32")
         w = rng.uniform(-1, 1, (O, C, K, K)).astype("float32") / math.sqrt(C * K * K)
         b = rng.uniform(-1, 1, (O,)).astype("float32")
-        ex = ext.build(conv_module(x.shape, w, b, (s, s), (p, p)), target)
+        ex = ext.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p)), target)
         dec = ext.last_report().find("conv2d")[0]
         why = next((a.reason for a in dec.alternatives if a.status == "unsuited" and "Winograd" in a.reason), "")
         why = why or dec.reason
@@ -186,7 +172,7 @@ def main():
                 except Exception as err:  # noqa: BLE001 - report and go on
                     row["candidates"][cand.name] = f"failed: {type(err).__name__}"
         if args.stock:
-            stock = relax.build(conv_module(x.shape, w, b, (s, s), (p, p)), tvm.target.Target(target))
+            stock = relax.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p)), tvm.target.Target(target))
             row["stock_ms"] = vm_timer(stock, x, 1)() * 1e3
         results.append(row)
         print(f"{name:24s} {dec.name:22s} {row['ext_ms']:8.3f} {row['torch_ms']:8.3f} {row['ratio']:6.2f} "

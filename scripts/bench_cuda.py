@@ -273,18 +273,6 @@ def ext_candidates(wl, target, xs, ref, quick, dry_run):
 
 # -- driver ------------------------------------------------------------------------------------
 
-def gpu_arch() -> str | None:
-    try:
-        import tvm
-
-        if not tvm.cuda(0).exist:
-            return None
-        major, minor = tvm.cuda(0).compute_version.split(".")
-        return f"sm_{major}{minor}"
-    except Exception:
-        return None
-
-
 def label(wl):
     if wl.op == "matmul":
         (M, K), N = wl.shapes[0], wl.shapes[1][1]
@@ -308,7 +296,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.stock_child:
         return stock_child(args.stock_child, args.arch)
-    arch = args.arch or gpu_arch()
+    arch = args.arch or ext.target.local_cuda_arch()
     if arch is None:
         if not args.dry_run:
             raise SystemExit("no CUDA GPU visible to TVM: use --dry-run (builds only) or run on a GPU machine")

@@ -41,6 +41,7 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 from ext.bench import gflops, interleaved  # noqa: E402
+from ext.models.conv import conv_bias_relu  # noqa: E402
 from ext.strategies import REGISTRY, SelectionReport  # noqa: E402
 from ext.strategies.registry import config_to_dict  # noqa: E402
 
@@ -131,20 +132,13 @@ def conv_model(C, H, O, K, S, seed=0):
     w = (rng.standard_normal((O, C, K, K)) / np.sqrt(C * K * K)).astype("float32")
     b = rng.standard_normal((1, O, 1, 1)).astype("float32")
     p = K // 2
-    bb = relax.BlockBuilder()
-    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
-    with bb.function("main", [xv]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(xv, relax.const(w), strides=S, padding=p))
-            y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, relax.const(b)))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
+    mod = conv_bias_relu(x.shape, w, b, S, p)
     import torch
 
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
                                      torch.from_numpy(b.reshape(-1)).double(), S, p).numpy()
     oh = (H + 2 * p - K) // S + 1
-    return bb.get(), [x], np.maximum(ref, 0), 2.0 * O * C * K * K * oh * oh
+    return mod, [x], np.maximum(ref, 0), 2.0 * O * C * K * K * oh * oh
 
 
 def _forced(force: str):

@@ -33,18 +33,7 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 from ext.bench import burst  # noqa: E402
-
-
-def conv_module(x_shape, w, b):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(x, relax.const(w), strides=2, padding=1))
-            y = bb.emit(relax.op.nn.relu(relax.op.add(y, relax.const(b.reshape(1, -1, 1, 1)))))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get()
+from ext.models.conv import conv_bias_relu  # noqa: E402
 
 
 def placement() -> str:
@@ -90,9 +79,9 @@ def main(argv=None):
     x = rng.uniform(-1, 1, (1, 64, 56, 56)).astype("float32")
     w = (rng.uniform(-1, 1, (128, 64, 3, 3)) / 24).astype("float32")
     b = rng.uniform(-1, 1, 128).astype("float32")
-    vm = relax.VirtualMachine(ext.build(conv_module(x.shape, w, b), ext.target.cpu()), tvm.cpu())
+    vm = relax.VirtualMachine(ext.build(conv_bias_relu(x.shape, w, b, 2, 1), ext.target.cpu()), tvm.cpu())
     fn, arg = vm["main"], tvm.runtime.tensor(x)
-    other = None
+    run_torch = None
     if not args.no_torch:
         import torch
 
@@ -100,10 +89,7 @@ def main(argv=None):
 
         torch.set_num_threads(threads)
         model, xt = resnet18(), torch.randn(1, 3, 224, 224)
-
-        def other():
-            with torch.no_grad():
-                burst(lambda: model(xt), 0.2)
+        run_torch = torch.no_grad()(lambda: burst(lambda: model(xt), 0.2))
     cpus = sorted(os.sched_getaffinity(0))
     print(f"TVM threads: {threads}; conv ms on all threads / on one; single-thread SGEMM GFLOPS per CPU")
     speeds = []
@@ -122,8 +108,8 @@ def main(argv=None):
         cells = " ".join(f"cpu{c} {g:.0f}" for c, g in gf.items())
         print(f"{'SLOW' if scaling < 1.4 else 'ok  '} conv {full:.3f} / {one:.3f} ms   SGEMM GFLOPS {cells}, "
               f"all {together:.0f} ({scaling:.2f}x)   {where}", flush=True)
-        if other:
-            other()
+        if run_torch:
+            run_torch()
     slow = sum(s < 1.4 for s in speeds)
     print(f"{slow} of {args.rounds} rounds: all threads together under 1.4x one thread's SGEMM speed")
 

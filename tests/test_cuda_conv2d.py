@@ -8,7 +8,7 @@ import pytest
 import ext
 from ext.runner import CompiledCandidate, random_inputs
 from ext.strategies import REGISTRY, choose
-from ext.testing import assert_close, has_nvcc, nvcc_compile, requires_gpu
+from ext.testing import assert_close, has_nvcc, nvcc_compile, own_candidates, requires_gpu
 from ext.tir_schedules.cuda.launch import check_limits, inspect_candidate
 from ext.workload import Workload
 
@@ -111,14 +111,10 @@ GPU_CASES = [conv_wl(1, 3, 7, 9, 5, 3, stride=2), conv_wl(2, 19, 15, 13, 37, 3),
 @pytest.mark.gpu
 @pytest.mark.parametrize("wl", GPU_CASES, ids=lambda w: w.key)
 def test_numerics_on_gpu(wl):
-    import tvm
-
-    major, minor = tvm.cuda(0).compute_version.split(".")
-    target = ext.target.cuda(f"sm_{major}{minor}")
-    ran = 0
-    for cand in [c for c in REGISTRY.for_op("conv2d", "cuda") if ".cuda_" in c.name]:
-        if not cand.applies(wl, target):
-            continue
+    target = ext.target.cuda(ext.target.local_cuda_arch())
+    cands = own_candidates(wl, target)
+    assert cands
+    for cand in cands:
         xs = random_inputs(wl, seed=5)
         ref = reference(wl, xs)
         out = CompiledCandidate(cand, wl, cand.default_config(wl, target), target).run(xs).astype("float64")
@@ -127,5 +123,3 @@ def test_numerics_on_gpu(wl):
         # add ~1e-6 of the largest output (TOPI's points)
         atol = (1e-3 if wl.dtypes[0] == "float16" else 4e-6) * max(K, 16) ** 0.5 + 1e-5 * np.abs(ref).max()
         assert_close(out, ref, rtol=1e-4, atol=atol, what=f"{cand.name} {wl.key}")
-        ran += 1
-    assert ran

@@ -188,7 +188,7 @@ GPU_SHAPES = [(1, 1, 1), (7, 13, 5), (1, 100, 37), (37, 1, 50), (33, 97, 129), (
 @pytest.mark.parametrize("M,N,K", GPU_SHAPES)
 @pytest.mark.parametrize("dtype,transpose_b", [("float32", False), ("float16", True), ("float16", False)])
 def test_numerics_on_gpu(name, M, N, K, dtype, transpose_b):
-    target = ext.target.cuda(_gpu_arch())
+    target = ext.target.cuda(ext.target.local_cuda_arch())
     wl = matmul_wl(M, N, K, dtype=dtype, transpose_b=transpose_b, epilogue=("bias", "relu", "residual"))
     cand = REGISTRY.get(name)
     if not cand.applies(wl, target):
@@ -196,13 +196,6 @@ def test_numerics_on_gpu(name, M, N, K, dtype, transpose_b):
     xs = random_inputs(wl, seed=M + N + K)
     out = CompiledCandidate(cand, wl, cand.default_config(wl, target), target).run(xs)
     assert_close(out.astype("float64"), reference(wl, xs), **tol(wl), what=f"{name} {M}x{N}x{K} {dtype}")
-
-
-def _gpu_arch() -> str:
-    import tvm
-
-    major, minor = tvm.cuda(0).compute_version.split(".")
-    return f"sm_{major}{minor}"
 
 
 @pytest.mark.parametrize("name,dtype,vector_type", [("matmul.cuda_tiled", "float32", "float4"),
@@ -222,7 +215,7 @@ BATCH_GPU_CASES = [((4, 64, 128), (4, 128, 96), False), ((2, 3, 13, 7), (3, 19, 
 @pytest.mark.parametrize("a,b,transpose_b", BATCH_GPU_CASES)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_batch_numerics_on_gpu(a, b, transpose_b, dtype):
-    target = ext.target.cuda(_gpu_arch())
+    target = ext.target.cuda(ext.target.local_cuda_arch())
     wl = batch_wl(a, b, dtype=dtype, transpose_b=transpose_b)
     cand = REGISTRY.get("matmul.cuda_batch")
     xs = random_inputs(wl, seed=7)

@@ -1,7 +1,8 @@
 """Small built-in models (random weights, seeded; no downloads) for demos, benchmarks and tests.
 
 ``torch_model(name)`` returns ``(module, example_inputs)`` for the PyTorch-defined
-models; ``gemm.dense``/``gemm.mlp`` build Relax modules directly (no torch needed).
+models; ``gemm.dense``/``gemm.mlp`` and ``conv.conv_bias_relu`` build Relax modules directly (no
+torch needed).
 """
 from __future__ import annotations
 

@@ -59,14 +59,22 @@ def placeholders(wl: Workload, w_shape=None) -> list[te.Tensor]:
     return [te.placeholder(tuple(_i64(d) for d in s), dtype=dt, name=n) for n, s, dt in zip(names, shapes, wl.dtypes)]
 
 
-def check_common(wl: Workload, layouts=(("NCHW", "OIHW"),)) -> str | None:
-    if any(d != "float32" for d in wl.dtypes) or wl.out_dtype != "float32":
-        return f"float32 only, got {'/'.join(sorted(set(wl.dtypes)))} -> {wl.out_dtype}"
+def check_layout(wl: Workload, layouts) -> str | None:
+    """Why a conv2d workload's (data, kernel) layout pair or a zero-size dimension rules it out."""
     lay = (wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW"))
     if lay not in layouts:
         return f"layout {lay[0]}/{lay[1]} not handled (needs {', '.join('/'.join(p) for p in layouts)})"
     if any(d == 0 for s in wl.shapes for d in s):
         return "zero-size dimension"
+    return None
+
+
+def check_common(wl: Workload, layouts=(("NCHW", "OIHW"),)) -> str | None:
+    if any(d != "float32" for d in wl.dtypes) or wl.out_dtype != "float32":
+        return f"float32 only, got {'/'.join(sorted(set(wl.dtypes)))} -> {wl.out_dtype}"
+    reason = check_layout(wl, layouts)
+    if reason:
+        return reason
     g = geom(wl)
     if g.groups < 1 or g.C % g.groups or g.O % g.groups:
         return f"groups={g.groups} does not divide C={g.C} and O={g.O}"

@@ -24,6 +24,7 @@ from ..topi_kernels import conv2d as cv
 from ..topi_kernels import conv2d_implicit as cvi
 from ..topi_kernels import epilogue as ep
 from ..workload import Workload
+from .conv2d import check_layout
 from .conv2d import geom as cpu_geom
 from .conv2d import placeholders
 from .cuda_matmul import SMALL_FLOPS, TENSORCORE_MIN_SM, _sm, tensorcore_config_for, tensorcore_space, \
@@ -46,11 +47,9 @@ def _check_common(wl: Workload, target) -> str | None:
     x, w = wl.dtypes[0], wl.dtypes[1]
     if x != w or x not in ("float16", "float32") or wl.out_dtype not in ("float16", "float32"):
         return f"float16/float32 inputs (alike) and output only, got {x}/{w} -> {wl.out_dtype}"
-    lay = (wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW"))
-    if lay not in LAYOUTS:
-        return f"layout {lay[0]}/{lay[1]} not handled (needs {', '.join('/'.join(p) for p in LAYOUTS)})"
-    if any(d == 0 for s in wl.shapes for d in s):
-        return "zero-size dimension"
+    reason = check_layout(wl, LAYOUTS)
+    if reason:
+        return reason
     g = geom(wl)
     if g.groups != 1:
         return f"groups={g.groups}: grouped/depthwise conv goes to the dlight fallback"

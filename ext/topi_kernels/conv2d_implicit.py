@@ -9,7 +9,7 @@ from tvm import te
 
 from . import epilogue as ep
 from .conv2d import ConvGeom, padded_read
-from .matmul import _i64, ceil_to, zero_pad
+from .matmul import _i64, ceil_to, padded_accumulation
 
 def implicit_gemm(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, data_layout: str, kernel_layout: str,
                   pads=(1, 1, 1), epilogue=(), extras=(), out_dtype="float32", acc_dtype="float32"):
@@ -54,12 +54,7 @@ def implicit_gemm(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, data_layout: str,
             b_layout = "kn"
         M, N = P, g.O
     Mp, Np, Kp = (ceil_to(v, m) for v, m in zip((M, N, K), pads))
-    Ap = zero_pad(A, (Mp, Kp), "A_pad")
-    Bp = zero_pad(B, (Kp, Np) if b_layout == "kn" else (Np, Kp), "B_pad")
-    k = te.reduce_axis((_i64(0), _i64(Kp)), name="k")
-    b_at = (lambda kk, j: Bp[kk, j]) if b_layout == "kn" else (lambda kk, j: Bp[j, kk])
-    C = te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
-        Ap[i, k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
+    C = padded_accumulation(A, B, b_layout=b_layout, Mp=Mp, Np=Np, Kp=Kp, acc_dtype=acc_dtype)
     if data_layout == "NCHW":
         shape = (g.N, g.O, g.OH, g.OW)
         out_map = lambda n, o, oh, ow: (o, n * hw + oh * g.OW + ow)  # noqa: E731

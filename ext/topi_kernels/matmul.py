@@ -158,11 +158,18 @@ def matmul_padded(A: te.Tensor, B: te.Tensor, *, M: int, N: int, K: int, b_layou
     padding is needed), so every tile divides ``C`` ``(Mp, Np)`` and the padded K adds zeros.
     Products accumulate in ``acc_dtype``; ``D`` ``(M, N)`` stores only the real outputs.
     """
+    C = padded_accumulation(A, B, b_layout=b_layout, Mp=Mp, Np=Np, Kp=Kp, acc_dtype=acc_dtype)
+    D = ep.fused_output((_i64(M), _i64(N)), lambda i, j: C[i, j], epilogue, extras, out_dtype)
+    return C, D
+
+
+def padded_accumulation(A: te.Tensor, B: te.Tensor, *, b_layout: str, Mp: int, Np: int, Kp: int,
+                        acc_dtype: str = "float32") -> te.Tensor:
+    """``C (Mp, Np) = A_pad @ B_pad`` in ``acc_dtype`` over the zero-padded operands of
+    :func:`matmul_padded` (``B`` is ``(K, N)`` for ``"kn"``, ``(N, K)`` for ``"nk"``)."""
     Ap = zero_pad(A, (Mp, Kp), "A_pad")
     Bp = zero_pad(B, (Kp, Np) if b_layout == "kn" else (Np, Kp), "B_pad")
     k = te.reduce_axis((_i64(0), _i64(Kp)), name="k")
     b_at = (lambda kk, j: Bp[kk, j]) if b_layout == "kn" else (lambda kk, j: Bp[j, kk])
-    C = te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
+    return te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
         Ap[i, k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
-    D = ep.fused_output((_i64(M), _i64(N)), lambda i, j: C[i, j], epilogue, extras, out_dtype)
-    return C, D
