@@ -79,6 +79,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on devices behind this TVM RPC tracker")
     p.add_argument("--rpc-key", metavar="KEY", help="device key registered with the tracker")
+    p.add_argument("--rpc-connect-timeout", type=float, default=3.0, metavar="S",
+                   help="seconds to reach the tracker before giving up (default: %(default)s)")
     p.add_argument("--compare-metaschedule", action="store_true",
                    help="also tune with stock MetaSchedule for the same wall-clock time and compare")
     p.add_argument("--ms-dir", default=None, help="MetaSchedule work dir (default: <log>.ms)")
@@ -90,6 +92,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if bool(args.rpc_tracker) != bool(args.rpc_key):
         p.error("--rpc-tracker and --rpc-key go together")
+    if not args.rpc_connect_timeout > 0:
+        p.error(f"--rpc-connect-timeout must be positive seconds, got {args.rpc_connect_timeout}")
     if args.seconds is None:
         args.seconds = 120.0 if args.model == "gemm1024" else 75.0
     return args
@@ -101,13 +105,17 @@ def main(argv=None) -> int:
         return _ms_worker(*args.ms_worker)
     target = ext.target.cpu()
     mod, inputs, reference, _ = build_model(args.model, args.shape)
-    rpc = {"tracker": args.rpc_tracker, "key": args.rpc_key} if args.rpc_tracker else None
+    rpc = ({"tracker": args.rpc_tracker, "key": args.rpc_key, "connect_timeout": args.rpc_connect_timeout}
+           if args.rpc_tracker else None)
     print(f"ext autotune: model {args.model}, target {ext.target.describe(target)}, log {args.log}, "
           f"budget {args.seconds:.0f} s" + (f", {args.trials} trials/task" if args.trials else "")
           + (f", rpc {args.rpc_key}@{args.rpc_tracker}" if rpc else ""), flush=True)
     progress = None if args.quiet else ext.tuning.ProgressPrinter(sys.stdout)
-    summary = ext.tune(mod, target, log=args.log, trials=args.trials, seconds=args.seconds, rpc=rpc,
-                       timeout=args.timeout, batch=args.batch, seed=args.seed, progress=progress)
+    try:
+        summary = ext.tune(mod, target, log=args.log, trials=args.trials, seconds=args.seconds, rpc=rpc,
+                           timeout=args.timeout, batch=args.batch, seed=args.seed, progress=progress)
+    except (OSError, ValueError) as err:  # unreachable tracker, unwritable --log (found before measuring),
+        raise SystemExit(f"autotune: {err}") from None  # malformed --rpc-tracker
     print(summary.table(), flush=True)
     if args.summary:
         with open(args.summary, "w") as f:

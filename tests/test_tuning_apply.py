@@ -1,4 +1,5 @@
-"""Applying a tuning log: ext.build(tuning_log=), apply_history_best, model for unseen workloads."""
+"""Applying a tuning log: ext.build(tuning_log=), apply_history_best, model for unseen workloads;
+records outside the knob space are skipped (warned, counted in the report), never built."""
 from __future__ import annotations
 
 import warnings
@@ -9,6 +10,7 @@ import pytest
 import ext
 from ext.models.gemm import dense, numpy_reference
 from ext.strategies import REGISTRY
+from ext.strategies.registry import config_to_dict
 from ext.testing import assert_close, run_relax
 from ext.tuning.log import TuningLog, TuningLogWarning, make_record
 from ext.tuning.measure import Result
@@ -97,3 +99,25 @@ def test_bad_logs_give_clear_errors_and_warnings(tmp_path, cpu_target):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ext.tune(mod, cpu_target, log=None)
+
+
+def test_out_of_space_record_is_skipped_and_the_build_uses_the_default(tmp_path, cpu_target):
+    mod, params = dense(64, 96, 80)
+    (task,) = extract_tasks(mod, cpu_target)
+    path = tmp_path / "huge.jsonl"
+    log = TuningLog(path)
+    # a corrupted record: built as the "best" it would pad the 64x96 output to 100000^2 (tens of GB)
+    write(log, cpu_target, task.workload, "matmul.packed", {"mb": 100000, "nb": 100000, "parallel": "tiles"}, 1e-7)
+    write(log, cpu_target, task.workload, "matmul.direct", {"mb": 4, "nb": 32, "parallel": "bogus"}, 1e-7)
+    with pytest.warns(TuningLogWarning) as caught:
+        ex = ext.build(mod, cpu_target, tuning_log=path)
+    msgs = " ".join(str(w.message) for w in caught)
+    assert "huge.jsonl:1: invalid tuning record skipped (knob mb=100000 is not in the space" in msgs
+    assert 'huge.jsonl:2: invalid tuning record skipped (knob parallel="bogus"' in msgs
+    (d,) = ext.last_report().find("matmul")
+    assert d.source != "log"
+    assert d.to_json()["config"] == config_to_dict(d.candidate.default_config(task.workload, cpu_target))
+    assert ext.last_report().tuning_log["invalid"] == 2
+    assert "2 invalid" in ext.last_report().table()
+    x = np.random.default_rng(0).standard_normal((64, 80)).astype("float32")
+    assert_close(run_relax(ex, x), numpy_reference(x, params), rtol=1e-5, atol=1e-4, what="default build")

@@ -1,6 +1,8 @@
-"""The search loop and the cost model, on a fake benchmark (no hardware timing)."""
+"""The search loop and the cost model, on a fake benchmark (no hardware timing); resuming after
+infrastructure failures, tuners sharing one log, unwritable logs."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 from ext.strategies import REGISTRY
 from ext.strategies.registry import Registry
 from ext.tuning.cost_model import CostModel, features, _hw
-from ext.tuning.log import TuningLog, make_record
+from ext.tuning.log import TuningLog, make_record, point_key
 from ext.tuning.measure import Result, Settings
 from ext.tuning.search import Tuner, task_space
 from ext.tuning.tasks import Task
@@ -148,3 +150,77 @@ def test_cost_model_options_and_untrained(cpu_target, reg):
     f = features(wl, "matmul.packed", {"mb": 4, "nb": 64, "parallel": "tiles"}, _hw(cpu_target), ["a", "b"])
     assert len(f) == len(features(gemm_wl(3, 5, 7), "matmul.direct", {"rows": 2, "lanes": 16}, _hw(cpu_target),
                                   ["a", "b"]))
+
+
+def small_space_reg():
+    r = Registry()
+    r.register(REGISTRY.get("matmul.direct"))
+    return r
+
+
+def test_infra_records_are_measured_again_on_resume(tmp_path, cpu_target, reg):
+    from tuning_fakes import FakeMeasurer
+
+    wl = gemm_wl(37, 48, 29)
+    log = TuningLog(tmp_path / "t.jsonl")
+    m1 = FakeMeasurer(statuses=["infra"])  # the first point (the untuned baseline) hits a dead device
+    s1 = Tuner([Task(wl)], cpu_target, log, m1, trials=3, registry=reg).run()
+    assert s1.trials == 3 and [r.status for r in log.records()] == ["infra", "ok", "ok"]
+    lost = m1.calls[0]
+    assert lost not in log.measured(cpu_target)
+    m2 = FakeMeasurer()
+    s2 = Tuner([Task(wl)], cpu_target, log, m2, trials=2, registry=reg).run()
+    assert m2.calls[0] == lost and s2.tasks[0]["resumed"] == 2  # measured again, first (it is the baseline)
+    assert lost in log.measured(cpu_target) and len(set(m2.calls) & set(m1.calls[1:])) == 0
+
+
+def test_tuners_sharing_a_log_measure_no_point_twice(tmp_path, cpu_target):
+    from tuning_fakes import FakeMeasurer
+
+    reg = small_space_reg()
+    wl = gemm_wl(3, 5, 7)  # matmul.direct only: a space of a few points
+    space = [p.key for p in task_space(wl, cpu_target, reg)]
+    assert 4 <= len(space) <= 12
+    path = tmp_path / "shared.jsonl"
+    other_log, theirs = TuningLog(path), []
+
+    def other_tuner(wl_, cand, cfg):  # while we measure, another process records one point it measured
+        done = other_log.measured(cpu_target, reg) | {point_key(wl_.key, cand.name, cfg)}  # ours is in flight
+        todo = [p for p in reversed(task_space(wl, cpu_target, reg)) if p.key not in done]
+        if todo:
+            p = todo[0]
+            other_log.append(make_record(wl, cpu_target, p.cand, p.cfg, Result("ok", 1e-3, [1e-3], 0.0)))
+            theirs.append(p.key)
+
+    m1 = FakeMeasurer(hook=other_tuner)
+    s1 = Tuner([Task(wl)], cpu_target, TuningLog(path), m1, batch=8, registry=reg).run()
+    keys = [r.key for r in TuningLog(path).records()]
+    assert len(keys) == len(set(keys)) == len(space), "a point was measured twice"
+    assert set(m1.calls).isdisjoint(theirs) and len(m1.calls) + len(theirs) == len(space)
+    assert s1.trials == len(m1.calls) and s1.tasks[0]["resumed"] == len(theirs)
+    m2 = FakeMeasurer()  # a second (sequential) tuner on the same log: nothing left to measure
+    s2 = Tuner([Task(wl)], cpu_target, TuningLog(path), m2, registry=reg).run()
+    assert m2.calls == [] and s2.tasks[0]["resumed"] == len(space)
+
+
+def test_unwritable_log_fails_before_measuring(tmp_path, cpu_target, reg, monkeypatch):
+    from tuning_fakes import FakeMeasurer
+
+    import ext
+
+    wl = gemm_wl(37, 48, 29)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")
+    m = FakeMeasurer()
+    with pytest.raises(NotADirectoryError, match="not_a_dir"):
+        Tuner([Task(wl)], cpu_target, TuningLog(blocker / "t.jsonl"), m, registry=reg).run()
+    log = tmp_path / "t.jsonl"
+    log.write_text("")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if os.fspath(p) == str(log) else real(p, mode, **kw))
+    with pytest.raises(PermissionError, match="t.jsonl"):
+        Tuner([Task(wl)], cpu_target, TuningLog(log), m, registry=reg).run()
+    t0 = time.time()
+    with pytest.raises(PermissionError, match="t.jsonl"):
+        ext.tune(wl, cpu_target, log=log)  # a real (local) measurer: fails before starting a worker
+    assert time.time() - t0 < 5 and m.calls == [] and log.read_text() == ""

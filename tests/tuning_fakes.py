@@ -3,6 +3,12 @@
 They are registered explicitly (``register_all``), in the test process by a
 fixture that unregisters them afterwards, and in each measurement worker
 through ``ext.tune(..., plugins=[f"{__file__}:register_all"])``.
+
+Also: ``FakeMeasurer`` (no hardware: scripted statuses, a hook run in each
+measurement, e.g. another tuner appending to a shared log) and RPC worker
+functions that get stuck in one stage (``stuck_connecting``, ``stuck_building``;
+loaded in the worker with ``plugins=[f"{__file__}:"]``, and in the test process
+under the worker's module name ``PLUGIN_MODULE`` so they pickle by reference).
 """
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ import time
 
 from ext.strategies import REGISTRY
 from ext.strategies.registry import PLEVEL, Candidate
+from ext.tuning.log import point_key
+from ext.tuning.measure import Result, Settings
 
 NAMES = ("matmul.test_crash", "matmul.test_hang", "matmul.test_wrong")
 
@@ -62,3 +70,52 @@ def register_all() -> None:
 def unregister_all() -> None:
     for n in NAMES:
         REGISTRY.unregister(n)
+
+
+# -- a measurer without hardware ---------------------------------------------------------------------
+
+class FakeMeasurer:
+    """Records the points it is asked to measure; ``statuses`` are returned in order (then ``"ok"``),
+    ``hook(wl, cand, cfg)`` runs inside every measurement (e.g. another tuner appending to the log)."""
+
+    remote, device = False, "fake"
+
+    def __init__(self, statuses=(), hook=None):
+        self.settings, self.statuses, self.hook, self.calls = Settings(), list(statuses), hook, []
+
+    def measure(self, wl, cand, cfg, target, cutoff=None) -> Result:
+        self.calls.append(point_key(wl.key, cand.name, dict(cfg)))
+        if self.hook is not None:
+            self.hook(wl, cand, cfg)
+        status = self.statuses.pop(0) if self.statuses else "ok"
+        if status != "ok":
+            return Result(status, error=f"fake {status}", device=self.device)
+        seconds = 1e-4 * (1 + len(self.calls) % 7)
+        return Result("ok", seconds, [seconds], 0.0, device=self.device)
+
+    def close(self) -> None:
+        pass
+
+
+# -- RPC worker functions stuck in one stage (the parent's time limit kills them) -----------------------
+
+#: the module name ``ext.tuning.measure._load_plugins`` gives this file in a worker
+PLUGIN_MODULE = "_ext_plugin_tuning_fakes"
+
+
+def _stuck(task: dict, stage: str) -> dict:
+    from ext.tuning.rpc import _stage
+
+    _stage(task, stage)
+    time.sleep(3600)
+    return {"status": "ok", "seconds": 1.0}
+
+
+def stuck_connecting(task: dict) -> dict:
+    """An RPC measurement whose tracker/server connection never completes."""
+    return _stuck(task, "connect")
+
+
+def stuck_building(task: dict) -> dict:
+    """An RPC measurement whose kernel build never finishes (the candidate's fault)."""
+    return _stuck(task, "build")

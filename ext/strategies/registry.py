@@ -14,6 +14,7 @@ model -> highest ``plevel`` among those that suit the shape -> table order.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Iterable
 
 from tvm.target import Target
@@ -93,6 +94,10 @@ class Candidate:
     #: the vendor library it calls (``"openblas"``, ``"onednn"``, ``"cublas"``...), None for our kernels;
     #: ``Selector(libraries=False)`` turns every candidate with a library off
     library: str | None = None
+    #: knobs added after tuning records were written without them: such a record gets the config
+    #: class's default for the knob (the kernel's behaviour before the knob existed); any other
+    #: missing knob makes a record invalid
+    added_knobs: tuple = ()
 
     @property
     def op(self) -> str:
@@ -125,6 +130,43 @@ class Candidate:
         except TypeError as err:
             raise ValueError(f"{self.name}: bad config {data!r}: {err}") from None
 
+    def space_points(self, wl: Workload, target: Target) -> list[dict]:
+        """The default config, then every config of the knob space, as dicts (no duplicates)."""
+        out, seen = [], set()
+        for cfg in [self.default_config(wl, target)] + list(self.space(wl, target) or []):
+            d = config_to_dict(cfg)
+            key = _canonical(d)
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+        return out
+
+    def config_problem(self, data, wl: Workload, target: Target, points: list[dict] | None = None) -> str | None:
+        """Why ``data`` (e.g. a tuning record's config) is not a point of this candidate's knob space
+        for ``wl`` on ``target``; None when it is. ``points``: ``space_points(wl, target)`` if known."""
+        if not isinstance(data, dict):
+            return f"config is a {type(data).__name__}, not a JSON object"
+        if points is None:
+            verdict = self.applies(wl, target)
+            if not verdict:
+                return f"{self.name} does not apply to the workload ({verdict.reason})"
+            try:
+                points = self.space_points(wl, target)
+            except Exception as err:  # noqa: BLE001 - a broken space is a reason, not a crash
+                return f"{self.name}: knob space raised {type(err).__name__}: {err}"
+        return knob_problem(self.name, data, points, self._with_added_knobs(data))
+
+    def _with_added_knobs(self, data: dict) -> dict:
+        """``data`` plus the config class's defaults of the ``added_knobs`` it lacks."""
+        missing = [k for k in self.added_knobs if k not in data]
+        if not missing:
+            return data
+        try:
+            full = config_to_dict(self.config(**data))
+        except (TypeError, ValueError):
+            return data
+        return dict(data, **{k: full[k] for k in missing if k in full})
+
 
 @dataclasses.dataclass(frozen=True)
 class PackedCall:
@@ -152,6 +194,53 @@ class PackedCall:
 
 def config_to_dict(config) -> dict:
     return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config or {})
+
+
+def _canonical(value) -> str:
+    """One string per JSON value: ``4``, ``4.0``, ``"4"`` and ``true`` all differ (tuples are lists)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _json_type(value) -> str:
+    """The JSON type name of a knob value (a tuple in a config is a list in a record)."""
+    return "list" if isinstance(value, (list, tuple)) else type(value).__name__
+
+
+def _shown(values: list[str], limit: int = 12) -> str:
+    text = ", ".join(values[:limit])
+    return text + (f", ... ({len(values)} values)" if len(values) > limit else "")
+
+
+def knob_problem(name: str, data: dict, points: list[dict], filled: dict | None = None) -> str | None:
+    """Why config ``data`` is none of ``points`` (dicts), naming the knob; None when it is one.
+
+    ``filled``: ``data`` completed with defaults of knobs added later (see ``Candidate.added_knobs``).
+    """
+    filled = data if filled is None else filled
+    canon = {_canonical(p) for p in points}
+    if _canonical(filled) in canon:
+        return None
+    if not points:
+        return f"{name} has an empty knob space for this workload"
+    knobs = sorted(set().union(*(p.keys() for p in points)))
+    unknown = sorted(set(filled) - set(knobs))
+    if unknown:
+        return f"unknown knob(s) {unknown} for {name} (knobs: {knobs})"
+    shapes = [set(p) for p in points]
+    if set(filled) not in shapes:  # the closest set of knobs (some candidates mix config classes)
+        best = max(shapes, key=lambda s: (len(s & set(filled)), -len(s)))
+        return f"missing knob(s) {sorted(best - set(filled))} for {name}"
+    for knob in sorted(filled):
+        values = [p[knob] for p in points if knob in p]
+        allowed = list(dict.fromkeys(_canonical(v) for v in values))
+        value = filled[knob]
+        types = sorted({_json_type(v) for v in values})
+        if _json_type(value) not in types:
+            return f"knob {knob}={_canonical(value)} has type {_json_type(value)}, expected {'/'.join(types)}"
+        if _canonical(value) not in allowed:
+            return f"knob {knob}={_canonical(value)} is not in the space of {name} (values: {_shown(allowed)})"
+    return f"config {_canonical(filled)} is not in the knob space of {name} for this workload (each value occurs, " \
+           "not this combination)"
 
 
 class Registry:

@@ -29,11 +29,15 @@ def tune(mod, target=None, *, log, trials: int | None = None, seconds: float | N
     ----------
     mod : a Relax IRModule, or a ``Workload`` / list of ``Workload`` s.
     target : ``ext.target.cpu()`` by default.
-    log : path of the JSONL tuning log (appended to; points already in it are not measured again).
+    log : path of the JSONL tuning log (appended to; points already in it, or appended meanwhile by
+        another tuner sharing it, are not measured again). A log that cannot be written raises an
+        ``OSError`` naming the path before anything is measured.
     trials : measurements per task in this run (None: each task's whole space).
     seconds : wall-clock budget of this run (None: unlimited).
-    rpc : None to measure here; ``{"tracker": "HOST:PORT", "key": KEY}`` (or a ``(tracker, key)``
-        pair) to measure on devices behind a TVM RPC tracker.
+    rpc : None to measure here; ``{"tracker": "HOST:PORT", "key": KEY}`` (optionally
+        ``"connect_timeout"``, ``"retries"``, ``"session_timeout"``) or a ``(tracker, key)`` pair to
+        measure on devices behind a TVM RPC tracker. An unreachable tracker, or one without a server
+        for the key, raises ``ConnectionError`` naming the address within seconds, before measuring.
     timeout : seconds one measurement may take before its worker is killed (recorded ``timeout``).
     batch, explore, seed : search round size, share of random points, RNG / xgboost seed.
     settings : timing ``Settings`` (repeats, minimum repeat time, input seed).

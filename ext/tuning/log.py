@@ -25,6 +25,20 @@ Provenance: a record is *valid* for a target when its target fields
 (``PROVENANCE_FIELDS``), the TVM and ext versions and the candidate's version
 match the current ones. Others are *stale*: they are counted per reason and
 reported, never used and never dropped from the file.
+
+Trust: a record's config is only ever used when it is a point of its
+candidate's knob space for its workload (``Candidate.config_problem``): a
+hand-edited or corrupted ``mb=100000`` would otherwise be built as the "best
+record" (and could exhaust memory). Records of unknown candidates, with
+unknown or missing knobs, values outside the space or of the wrong type are
+*invalid*: skipped with a warning naming the line and the reason, and counted
+(the count reaches ``TuneSummary`` and the build's ``SelectionReport``).
+
+Sharing: several tuners may append to one log. ``TuningLog`` remembers how far
+it has read (complete lines only), so ``split_new`` returns just the records
+other processes appended since; the tuner re-reads before every measurement
+and skips points measured meanwhile. ``check_writable`` fails before the first
+measurement, naming the path, when records could not be appended.
 """
 from __future__ import annotations
 
@@ -44,10 +58,12 @@ STATUSES = ("ok", "wrong", "failed", "timeout", "infra")
 PROVENANCE_FIELDS = ("kind", "mcpu", "isa", "cores", "arch")
 #: statuses a resumed run does not measure again (``infra`` is not the candidate's fault)
 FINAL_STATUSES = ("ok", "wrong", "failed", "timeout")
+#: per-line warnings (malformed or invalid lines) per read before one summary warning for the rest
+MAX_LINE_WARNINGS = 20
 
 
 class TuningLogWarning(UserWarning):
-    """Malformed lines and stale records in a tuning log."""
+    """Malformed lines, invalid and stale records in a tuning log."""
 
 
 def target_info(target) -> dict:
@@ -184,11 +200,37 @@ def stale_reason(rec: Record, target_fields: dict, vers: dict, registry=None) ->
     if rec.ext_version != vers["ext_version"]:
         return f"ext {rec.ext_version} != {vers['ext_version']}"
     if rec.candidate not in registry:
-        return f"unknown candidate {rec.candidate}"
+        return None  # not stale: invalid (``invalid_reason``)
     cur = registry.get(rec.candidate).version
     if rec.candidate_version != cur:
         return f"{rec.candidate} version {rec.candidate_version} != {cur}"
     return None
+
+
+def invalid_reason(rec: Record, target, registry=None, spaces: dict | None = None) -> str | None:
+    """Why ``rec`` cannot be trusted (unknown candidate, config outside its knob space); None when it can.
+
+    ``spaces``: a cache ``{(candidate, workload key): space points or reason}`` shared across records.
+    """
+    from ..strategies.registry import REGISTRY
+
+    registry = registry or REGISTRY
+    if rec.candidate not in registry:
+        return f"unknown candidate {rec.candidate!r}"
+    cand = registry.get(rec.candidate)
+    spaces = {} if spaces is None else spaces
+    key = (rec.candidate, rec.workload)
+    if key not in spaces:
+        try:
+            verdict = cand.applies(rec.wl, target)
+            spaces[key] = (cand.space_points(rec.wl, target) if verdict
+                           else f"{cand.name} does not apply to the workload ({verdict.reason})")
+        except Exception as err:  # noqa: BLE001 - a record that breaks the space is invalid, not fatal
+            spaces[key] = f"{cand.name}: knob space raised {type(err).__name__}: {err}"
+    points = spaces[key]
+    if isinstance(points, str):
+        return points
+    return cand.config_problem(rec.config, rec.wl, target, points=points)
 
 
 class TuningLog:
@@ -196,7 +238,9 @@ class TuningLog:
 
     Parameters
     ----------
-    path : the log file (created on the first append; its directory must exist).
+    path : the log file (created by ``check_writable`` or the first append; its directory must exist).
+
+    ``malformed`` / ``invalid``: ``(line, why)`` of the lines skipped by the last read.
 
     Example
     -------
@@ -207,42 +251,96 @@ class TuningLog:
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self.malformed: list[tuple[int, str]] = []
+        self.invalid: list[tuple[int, str]] = []
+        self._offset, self._lines = 0, 0  # end of the last complete line read, lines before it
+        self._warned: set = set()  # (line, kind) already warned about
+        self._spaces: dict = {}
 
     # -- reading ---------------------------------------------------------------
-    def records(self, warn: bool = True) -> list[Record]:
-        """Every well-formed record in file order; malformed lines are skipped with a warning."""
-        out, self.malformed = [], []
+    def _read(self, start: int, first: int) -> tuple[list[Record], list[tuple[int, str]], int, int, str | None]:
+        """Records of the complete lines after byte ``start`` (numbered from ``first + 1``), their
+        malformed lines, the new offset and line count, and a trailing partial line's text."""
+        out, bad = [], []
         if not os.path.exists(self.path):
-            return out
+            return out, bad, 0, 0, None
         with open(self.path, "rb") as f:
-            for n, raw in enumerate(f, start=1):
-                text = raw.decode("utf-8", errors="replace").strip()
-                if not text:
-                    continue
-                try:
-                    out.append(Record.from_json(json.loads(text), line=n))
-                except (ValueError, TypeError) as err:
-                    self.malformed.append((n, str(err)[:200]))
+            f.seek(start)
+            data = f.read()
+        partial = data.rpartition(b"\n")[2]
+        n = first
+        for raw in data.split(b"\n")[:-1]:
+            n += 1
+            text = raw.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                out.append(Record.from_json(json.loads(text), line=n))
+            except (ValueError, TypeError) as err:
+                bad.append((n, str(err)[:200]))
+        offset = start + len(data) - len(partial)
+        tail = partial.decode("utf-8", errors="replace").strip() or None
+        return out, bad, offset, n, tail
+
+    def _warn_lines(self, kind: str, lines: list[tuple[int, str]], what: str) -> None:
+        fresh = [(n, why) for n, why in lines if (n, kind) not in self._warned]
+        for n, why in fresh[:MAX_LINE_WARNINGS]:
+            warnings.warn(f"{self.path}:{n}: {what} ({why})", TuningLogWarning, stacklevel=3)
+        if len(fresh) > MAX_LINE_WARNINGS:
+            warnings.warn(f"{self.path}: {len(fresh) - MAX_LINE_WARNINGS} more {what.split(' ', 1)[0]} lines "
+                          f"(lines {fresh[MAX_LINE_WARNINGS][0]}-{fresh[-1][0]})", TuningLogWarning, stacklevel=3)
+        self._warned.update((n, kind) for n, _ in fresh)
+
+    def records(self, warn: bool = True) -> list[Record]:
+        """Every well-formed record in file order; malformed lines are skipped with a warning.
+
+        A trailing line without its newline (a writer killed mid-line) counts as malformed.
+        """
+        out, self.malformed, self._offset, self._lines, tail = self._read(0, 0)
+        if tail is not None:
+            try:
+                out.append(Record.from_json(json.loads(tail), line=self._lines + 1))
+            except (ValueError, TypeError) as err:
+                self.malformed.append((self._lines + 1, str(err)[:200]))
         if warn:
-            for n, why in self.malformed:
-                warnings.warn(f"{self.path}:{n}: malformed tuning record skipped ({why})",
-                              TuningLogWarning, stacklevel=2)
+            self._warned = set()  # a full read reports everything again
+            self._warn_lines("malformed", self.malformed, "malformed tuning record skipped")
         return out
 
-    def split(self, target, registry=None, warn: bool = True) -> tuple[list[Record], Staleness]:
-        """(records valid for ``target`` and the current versions, staleness counts)."""
+    def new_records(self, warn: bool = True) -> list[Record]:
+        """Records in complete lines appended since the last ``records`` / ``new_records`` (by any process)."""
+        out, self.malformed, self._offset, self._lines, _ = self._read(self._offset, self._lines)
+        if warn:
+            self._warn_lines("malformed", self.malformed, "malformed tuning record skipped")
+        return out
+
+    def _classify(self, recs: list[Record], target, registry, warn: bool) -> tuple[list[Record], Staleness]:
         tf, vers = target_info(target), versions()
-        valid, stale = [], Staleness()
-        for rec in self.records(warn=warn):
+        valid, stale, self.invalid = [], Staleness(), []
+        for rec in recs:
             why = stale_reason(rec, tf, vers, registry)
+            if why is not None:
+                stale.add(why)
+                continue
+            why = invalid_reason(rec, target, registry, self._spaces)
             if why is None:
                 valid.append(rec)
             else:
-                stale.add(why)
-        if warn and stale.total:
-            warnings.warn(f"{self.path}: {stale.total} stale tuning records not used ({stale})",
-                          TuningLogWarning, stacklevel=2)
+                self.invalid.append((rec.line, why[:300]))
+        if warn:
+            self._warn_lines("invalid", self.invalid, "invalid tuning record skipped")
+            if stale.total:
+                warnings.warn(f"{self.path}: {stale.total} stale tuning records not used ({stale})",
+                              TuningLogWarning, stacklevel=3)
         return valid, stale
+
+    def split(self, target, registry=None, warn: bool = True) -> tuple[list[Record], Staleness]:
+        """(records valid for ``target``, the current versions and their candidates' knob spaces,
+        staleness counts); ``invalid`` then lists the records skipped as untrustworthy."""
+        return self._classify(self.records(warn=warn), target, registry, warn)
+
+    def split_new(self, target, registry=None, warn: bool = True) -> tuple[list[Record], Staleness]:
+        """``split`` of the records appended since the last read (another tuner's, or ours)."""
+        return self._classify(self.new_records(warn=warn), target, registry, warn)
 
     def measured(self, target, registry=None) -> set:
         """Point keys (``point_key``) that a resumed run must not measure again."""
@@ -251,9 +349,37 @@ class TuningLog:
 
     def history(self, target, registry=None) -> "History":
         valid, stale = self.split(target, registry)
-        return History(valid, stale)
+        return History(valid, stale, registry, invalid=len(self.invalid), malformed=len(self.malformed),
+                       path=self.path)
 
     # -- writing ---------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Raise an ``OSError`` naming the path when records could not be appended to the log
+        (call it before measuring anything: a measurement that cannot be recorded is lost).
+        A missing log is created, empty (never removed again: another tuner may share it)."""
+        path = self.path
+        parent = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"tuning log {path!r} is a directory, not a file")
+        if os.path.exists(path):
+            if not os.access(path, os.W_OK):
+                raise PermissionError(f"tuning log {path!r} is not writable")
+            try:
+                open(path, "ab").close()  # appending opens nothing new and changes nothing
+            except OSError as err:
+                raise PermissionError(f"tuning log {path!r} cannot be appended to: {err.strerror or err}") from None
+            return
+        if not os.path.exists(parent):
+            raise FileNotFoundError(f"tuning log {path!r}: directory {parent!r} does not exist")
+        if not os.path.isdir(parent):
+            raise NotADirectoryError(f"tuning log {path!r}: {parent!r} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PermissionError(f"tuning log {path!r} cannot be created: directory {parent!r} is not writable")
+        try:  # access() does not know every filesystem (procfs, quotas...): create the (empty) log now
+            open(path, "ab").close()
+        except OSError as err:
+            raise OSError(err.errno, f"tuning log {path!r} cannot be created: {err.strerror or err}") from None
+
     def append(self, rec: Record) -> None:
         """Append one record durably (one write, flush, fsync); starts a fresh line after a torn one."""
         data = json.dumps(rec.to_json(), sort_keys=True, allow_nan=False)
@@ -276,11 +402,13 @@ class TuningLog:
 class History:
     """Best valid record per workload; what the ``Selector`` consults (source ``log``)."""
 
-    def __init__(self, records: list[Record], stale: Staleness | None = None, registry=None):
+    def __init__(self, records: list[Record], stale: Staleness | None = None, registry=None, *,
+                 invalid: int = 0, malformed: int = 0, path: str | None = None):
         from ..strategies.registry import REGISTRY
 
         self.registry = registry or REGISTRY
         self.records, self.stale = records, stale or Staleness()
+        self.invalid, self.malformed, self.path = int(invalid), int(malformed), path
         self._best: dict[str, Record] = {}
         wrong = {r.key for r in records if r.status == "wrong"}  # once wrong, never trusted
         for r in records:
@@ -292,6 +420,10 @@ class History:
 
     def __len__(self) -> int:
         return len(self._best)
+
+    def skipped(self) -> dict:
+        """The log's records not used, by kind (for the ``SelectionReport``)."""
+        return {"path": self.path, "invalid": self.invalid, "stale": self.stale.total, "malformed": self.malformed}
 
     def best_record(self, wl: Workload) -> Record | None:
         return self._best.get(wl.key)

@@ -4,19 +4,106 @@
 a stock ``tvm.rpc`` tracker for a device under ``key``, uploads and times it
 there. A connection that breaks (a server killed mid-run) is retried on
 another session; only when every try fails is the point recorded, as
-``infra`` when no device could be reached (re-measured on resume) and
-``failed`` when the kernel itself kept breaking its sessions.
+``infra`` when the machinery failed (no tracker or device reachable, a session
+lost while connecting or uploading: re-measured on resume) and ``failed`` only
+when the kernel broke every session while running.
+
+Failing fast: stock ``connect_tracker`` retries a refused connection for 60 s,
+which cost a minute per point (and the point was then recorded as the
+candidate's ``timeout``). Here every tracker connection has a short timeout
+(``connect_timeout``, 3 s), ``preflight`` (called by the tuner before the first
+measurement) raises ``ConnectionError`` naming the address when the tracker is
+unreachable or lists no server for the key, and a worker killed by the time
+limit while connecting or uploading (the worker writes its stage to a file the
+parent reads) is recorded as ``infra``, never as the candidate's ``timeout``.
 """
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import tempfile
 import time
 import traceback
 
 import numpy as np
 
-from .measure import LocalMeasurer, Settings, _reference, _resolve, _short, check_output
+from .measure import LocalMeasurer, Result, Settings, _reference, _resolve, _short, check_output
+
+#: seconds to connect to (and hear back from) a tracker before it counts as unreachable
+CONNECT_TIMEOUT_S = 3.0
+#: stages of an RPC measurement that are the machinery's, not the kernel's (failures there: ``infra``)
+INFRA_STAGES = ("connect", "upload")
+
+
+def tracker_socket(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A socket to the tracker at ``host:port`` after the tracker handshake, in blocking mode.
+
+    Raises ``ConnectionError`` naming the address when nothing answers within ``timeout`` seconds
+    (or what answers is not a TVM RPC tracker).
+    """
+    from tvm.rpc import base
+
+    addr = f"{host}:{port}"
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except OSError as err:
+        raise ConnectionError(f"cannot connect to the RPC tracker at {addr} within {timeout:g} s: "
+                              f"{err.strerror or err}") from None
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+    except OSError as err:
+        sock.close()
+        raise ConnectionError(f"the RPC tracker at {addr} did not answer within {timeout:g} s: "
+                              f"{err.strerror or err or type(err).__name__}") from None
+    if magic != base.RPC_TRACKER_MAGIC:
+        sock.close()
+        raise ConnectionError(f"{addr} is not a TVM RPC tracker (wrong handshake)")
+    sock.settimeout(None)  # a request may wait for a busy device: the measurement's time limit bounds it
+    return sock
+
+
+def tracker_summary(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> dict:
+    """The tracker's ``summary()`` (servers and queue), every step within ``timeout`` seconds."""
+    from tvm.rpc import base
+
+    sock = tracker_socket(host, port, timeout)
+    try:
+        sock.settimeout(timeout)
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        value = base.recvjson(sock)
+    except OSError as err:
+        raise ConnectionError(f"the RPC tracker at {host}:{port} did not send its summary within {timeout:g} s: "
+                              f"{err.strerror or err or type(err).__name__}") from None
+    finally:
+        sock.close()
+    if not value or value[0] != base.TrackerCode.SUCCESS:
+        raise ConnectionError(f"the RPC tracker at {host}:{port} answered {value!r} to a summary request")
+    return value[1]
+
+
+def servers_for(summary: dict, key: str) -> list:
+    return [s for s in summary.get("server_info", []) if s.get("key") == f"server:{key}"]
+
+
+def _tracker_session(host: str, port: int, timeout: float):
+    """A stock ``TrackerSession`` whose (re)connections fail within ``timeout`` instead of retrying 60 s."""
+    from tvm.rpc.client import TrackerSession
+
+    class _Session(TrackerSession):
+        def _connect(self):
+            self._sock = tracker_socket(self._addr[0], self._addr[1], timeout)
+
+    return _Session((host, int(port)))
+
+
+def _stage(task: dict, name: str) -> None:
+    """Tell the parent which stage the worker is in (read when the time limit kills the worker)."""
+    path = task.get("stage_file")
+    if path:
+        with open(path, "w") as f:
+            f.write(name)
 
 
 def build_library(task: dict, path: str) -> dict:
@@ -45,13 +132,14 @@ class _InfraError(Exception):
 def measure_rpc_in_worker(task: dict) -> dict:
     """Build here, run and time on a device from the RPC tracker (runs inside the worker)."""
     import tvm
-    from tvm import rpc
 
     from ..runner import random_inputs
 
     settings = Settings(**task["settings"])
+    _stage(task, "build")
     wl, target, cand, config = _resolve(task)
     host, port, key = task["rpc"]["host"], task["rpc"]["port"], task["rpc"]["key"]
+    connect_timeout = float(task["rpc"].get("connect_timeout", CONNECT_TIMEOUT_S))
     tmp = tempfile.mkdtemp(prefix="ext_rpc_")
     lib = os.path.join(tmp, "kernel.so")
     try:
@@ -63,17 +151,19 @@ def measure_rpc_in_worker(task: dict) -> dict:
     errors = []
     for attempt in range(int(task["rpc"].get("retries", 3))):
         stage = "connect"
+        _stage(task, stage)
         try:
-            tracker = rpc.connect_tracker(host, port)
-            servers = [s for s in tracker.summary().get("server_info", []) if s.get("key") == f"server:{key}"]
-            if not servers:  # request() would wait forever for a device that is not there
-                raise _InfraError(f"the tracker lists no server with key {key!r}")
+            if not servers_for(tracker_summary(host, port, connect_timeout), key):
+                raise _InfraError(f"the tracker lists no server with key {key!r}")  # request() would wait forever
+            tracker = _tracker_session(host, port, connect_timeout)
             remote = tracker.request(key, priority=1, session_timeout=task["rpc"].get("session_timeout", 60))
             stage = "upload"
+            _stage(task, stage)
             remote.upload(lib)
             rlib = remote.load_module("kernel.so")
             dev = remote.cpu() if target.kind.name == "llvm" else remote.cuda(0)
             stage = "run"
+            _stage(task, stage)
             args = []
             for i, x in enumerate(xs):
                 t = tvm.runtime.tensor(np.ascontiguousarray(x), dev)
@@ -96,11 +186,12 @@ def measure_rpc_in_worker(task: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - a dead server or session: try another one
             errors.append((stage, f"{type(exc).__name__}: {_short(str(exc), 300)}"))
             time.sleep(0.5)
-    if all(stage == "connect" for stage, _ in errors):
-        return {"status": "infra", "device": f"rpc:{key}",
-                "error": f"no RPC device for key {key!r} at {host}:{port}: {errors[-1][1]}"}
-    return {"status": "failed", "device": f"rpc:{key}",
-            "error": f"rpc: broke {len(errors)} sessions; last at {errors[-1][0]}: {errors[-1][1]}"}
+    if all(stage == "run" for stage, _ in errors):  # every session broke while the kernel ran: its fault
+        return {"status": "failed", "device": f"rpc:{key}",
+                "error": f"rpc: the kernel broke {len(errors)} sessions; last: {errors[-1][1]}"}
+    stages = "/".join(dict.fromkeys(stage for stage, _ in errors))
+    return {"status": "infra", "device": f"rpc:{key}",
+            "error": f"RPC {stages} failed {len(errors)} times (tracker {host}:{port}, key {key!r}): {errors[-1][1]}"}
 
 
 
@@ -118,16 +209,51 @@ class RPCMeasurer(LocalMeasurer):
     _fn = staticmethod(measure_rpc_in_worker)
 
     def __init__(self, tracker: str, key: str, timeout: float = 60.0, settings: Settings | None = None,
-                 plugins=(), retries: int = 3, session_timeout: float = 60.0):
+                 plugins=(), retries: int = 3, session_timeout: float = 60.0,
+                 connect_timeout: float = CONNECT_TIMEOUT_S):
         host, sep, port = str(tracker).rpartition(":")
-        if not sep or not host or not port.isdigit():
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"rpc tracker must be 'HOST:PORT', got {tracker!r}")
         if not key:
             raise ValueError("rpc key must be a non-empty string")
+        if not float(connect_timeout) > 0:
+            raise ValueError(f"rpc connect_timeout must be positive seconds, got {connect_timeout!r}")
         super().__init__(timeout=timeout, settings=settings, plugins=plugins)
         self.rpc = {"host": host, "port": int(port), "key": str(key), "retries": int(retries),
-                    "session_timeout": float(session_timeout)}
+                    "session_timeout": float(session_timeout), "connect_timeout": float(connect_timeout)}
         self.device = f"rpc:{key}"
+        self._stage_file: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.rpc['host']}:{self.rpc['port']}"
+
+    def preflight(self) -> None:
+        """Raise ``ConnectionError`` naming the tracker's address (within ``connect_timeout`` seconds)
+        when the tracker is unreachable or lists no server for the key: before any measurement."""
+        host, port, key = self.rpc["host"], self.rpc["port"], self.rpc["key"]
+        summary = tracker_summary(host, port, self.rpc["connect_timeout"])
+        if not servers_for(summary, key):
+            keys = sorted({s.get("key", "?").split(":", 1)[-1] for s in summary.get("server_info", [])})
+            raise ConnectionError(f"the RPC tracker at {host}:{port} lists no server with key {key!r} "
+                                  f"(keys: {keys or 'none'})")
 
     def task(self, wl, cand, config, target) -> dict:
-        return dict(super().task(wl, cand, config, target), rpc=self.rpc)
+        return dict(super().task(wl, cand, config, target), rpc=self.rpc, stage_file=self._stage_file)
+
+    def measure(self, wl, cand, config: dict, target, cutoff: float | None = None) -> Result:
+        """As ``LocalMeasurer.measure``; a worker killed or dead while connecting or uploading gives ``infra``."""
+        fd, self._stage_file = tempfile.mkstemp(prefix="ext_rpc_stage_")
+        os.close(fd)
+        try:
+            res = super().measure(wl, cand, config, target, cutoff=cutoff)
+            with open(self._stage_file) as f:
+                stage = f.read().strip()
+        finally:
+            os.unlink(self._stage_file)
+            self._stage_file = None
+        if res.status in ("timeout", "failed") and stage in INFRA_STAGES:
+            return Result("infra", device=self.device,
+                          error=f"RPC {stage} to tracker {self.address} (key {self.rpc['key']!r}) did not finish: "
+                                f"{res.error}")
+        return res

@@ -15,9 +15,17 @@ Loop (until the time budget is spent, or every task used its trials or space)::
 
 Resuming: points with a final record in the log (``ok``/``wrong``/``failed``/
 ``timeout``, valid provenance) are never measured again; their results seed
-each task's best. A trial's cost is bounded by the measurer's timeout; the
-loop stops before a measurement that the remaining budget can't cover (last
-trial's duration as the estimate).
+each task's best. ``infra`` records (the measuring machinery failed) are not
+final: those points are measured again. A trial's cost is bounded by the
+measurer's timeout; the loop stops before a measurement that the remaining
+budget can't cover (last trial's duration as the estimate).
+
+Sharing a log: before every measurement the tuner reads what other tuners
+appended since its last read and skips points they measured (two tuners that
+start the same point at the same moment can still both measure it: there are
+no claims). Before the first measurement it checks that the log can be written
+and asks the measurer to check its devices (``preflight``): both fail with an
+error naming the path or address instead of losing a measurement.
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ import time
 from ..strategies.registry import REGISTRY, config_to_dict
 from ..workload import Workload
 from .cost_model import CostModel
-from .log import TuningLog, make_record, point_key
+from .log import FINAL_STATUSES, TuningLog, make_record, point_key
 from .tasks import Task
 
 
@@ -100,6 +108,7 @@ class TuneSummary:
     stopped: str
     stale: dict
     malformed: int
+    invalid: int = 0  # records skipped: config outside its candidate's knob space, unknown candidate...
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -120,7 +129,8 @@ class TuneSummary:
         lines.insert(1, "-" * len(lines[0]))
         foot = (f"{self.trials} trials in {self.elapsed:.1f} s ({self.stopped}); log {self.log}; "
                 f"stale records: {sum(self.stale.values())}" + (f" ({self.stale})" if self.stale else "")
-                + (f"; malformed lines skipped: {self.malformed}" if self.malformed else ""))
+                + (f"; malformed lines skipped: {self.malformed}" if self.malformed else "")
+                + (f"; invalid records skipped: {self.invalid}" if self.invalid else ""))
         return "\n".join(lines + [foot])
 
 
@@ -152,7 +162,7 @@ class Tuner:
     def _states(self, valid):
         from ..strategies.select import Selector
 
-        measured = {r.key for r in valid if r.status in ("ok", "wrong", "failed", "timeout")}
+        measured = {r.key for r in valid if r.status in FINAL_STATUSES}
         wrong = {r.key for r in valid if r.status == "wrong"}
         states = []
         for i, task in enumerate(self.tasks):
@@ -197,16 +207,40 @@ class Tuner:
             picked += exploit + self.rng.sample(others, min(n_explore, len(others)))
         return picked
 
+    def _refresh(self, states: list[TaskState], measured: set, valid: list, stale, skipped: dict) -> None:
+        """Take in the records appended to the log since the last read (other tuners sharing it):
+        their final points count as measured (never measured twice) and seed the tasks' best."""
+        new, new_stale = self.log.split_new(self.target, self.registry)
+        stale.counts.update(new_stale.counts)
+        skipped["invalid"] += len(self.log.invalid)
+        skipped["malformed"] += len(self.log.malformed)
+        by_wl = {st.task.workload.key: st for st in states}
+        for r in new:
+            if r.status not in FINAL_STATUSES or r.key in measured:
+                continue  # ours (already counted), or an infrastructure failure (measured again)
+            measured.add(r.key)
+            valid.append(r)
+            st = by_wl.get(r.workload)
+            if st is not None:
+                st.resumed += 1
+                if r.status != "wrong":
+                    st.note(r.key, r.candidate, r.config, r.status, r.seconds)
+
     def run(self) -> TuneSummary:
         t0 = time.time()
+        self.log.check_writable()  # before anything is measured: a result that cannot be written is lost
+        preflight = getattr(self.measurer, "preflight", None)
+        if preflight is not None:
+            preflight()  # e.g. an unreachable RPC tracker fails here, in seconds, naming its address
         valid, stale = self.log.split(self.target, self.registry)
-        malformed = len(self.log.malformed)
+        skipped = {"malformed": len(self.log.malformed), "invalid": len(self.log.invalid)}
         states, measured = self._states(valid)
         self.model.fit(valid, self.target)
         deadline = t0 + self.seconds if self.seconds else None
         costs: list[float] = []
         total, infra_streak, stopped = 0, 0, "every task used its trials or space"
         while True:
+            self._refresh(states, measured, valid, stale, skipped)
             active = [s for s in states if any(p.key not in measured for p in s.points)
                       and (self.trials is None or s.trials < self.trials)]
             if not active:
@@ -221,6 +255,9 @@ class Tuner:
                 if deadline is not None and time.time() + est > deadline:
                     stopped = "time budget spent"
                     break
+                self._refresh(states, measured, valid, stale, skipped)
+                if p.key in measured:
+                    continue  # another tuner sharing the log measured it meanwhile
                 wl = st.task.workload
                 started = time.time()
                 cutoff = 4 * st.best_seconds if st.best_seconds else None
@@ -261,7 +298,7 @@ class Tuner:
         from ..target import describe
 
         return TuneSummary(self.log.path, describe(self.target), rows, time.time() - t0, total, stopped,
-                           dict(stale.counts), malformed)
+                           dict(stale.counts), skipped["malformed"], skipped["invalid"])
 
 
 class ProgressPrinter:
