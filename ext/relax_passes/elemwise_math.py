@@ -1,4 +1,4 @@
-"""Lower float32 ``exp``/``sigmoid``/``tanh``/``silu``/``gelu``/``gelu_tanh`` calls to
+"""Lower float32 ``exp``/``sigmoid``/``tanh``/``silu``/``gelu``/``gelu_tanh``/``relu`` calls to
 element-wise kernels built from ``topi_kernels.elemwise`` before stock legalization.
 
 Stock legalization turns these into ``T.exp``/``T.erf``/``T.tanh``, which the
@@ -6,6 +6,9 @@ LLVM backend lowers to one scalar libm call per element; the expansions here
 are straight-line multiply-adds that vectorize. The kernels are plain
 element-wise PrimFuncs, so ``FuseOps`` still fuses them with their neighbours
 and the CPU fallback schedule vectorizes and parallelizes the fused chain.
+``relu`` is here for NaN only: stock ``max(x, 0)`` lowers to ``x > 0 ? x : 0``
+and turns NaN into 0, ext's ``x < 0 ? 0 : x`` keeps it as PyTorch does (same
+single ``vmaxps``, operands swapped).
 Other dtypes and ops are left to stock legalization. CPU only (the pipeline
 runs it for LLVM targets).
 """

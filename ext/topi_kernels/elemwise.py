@@ -1,4 +1,4 @@
-"""Vectorizable float32 math for element-wise kernels: exp, sigmoid, tanh, erf, gelu.
+"""Vectorizable float32 math for element-wise kernels: exp, sigmoid, tanh, erf, gelu, relu.
 
 Stock TVM lowers ``exp``/``tanh``/``erf`` on LLVM CPU targets to scalar libm
 calls (``expf@PLT``), one call per lane, so a "vectorized" loop over them runs
@@ -15,10 +15,19 @@ into straight-line AVX-512/AVX2 code.
     2^n = 2^(n >> 1) * 2^(n - (n >> 1))   # two exponent-field constructions, so
                                           # n in [-150, 128] needs no branches
     exp(x) = p * 2^n
+    exp(x) = x if x is NaN                # the clamp would map NaN to a number
 
-Cost: ~12 flops per element, no memory beyond the operand. Measured error
-against float64 is within 2 ulp on [-87, 88]; NaN inputs are not propagated
-(the clamp maps them to a finite value).
+Cost: ~12 flops per element plus one unordered compare and one masked move
+(the NaN select: ``vcmpunordps`` + ``vmovaps {k}`` on AVX-512), no memory beyond
+the operand. Measured error against float64 is within 2 ulp on [-87, 88].
+
+Non-finite inputs follow NumPy/PyTorch: NaN in gives NaN out; +-inf give the
+limits (``exp(-inf) = 0``, ``exp(inf) = inf``, ``sigmoid(+-inf) = 1/0``,
+``tanh(+-inf) = +-1``, ``erf(+-inf) = +-1``) because the formulas below only
+combine those through ``exp``; products such as ``silu(-inf) = -inf * 0`` give
+NaN exactly as PyTorch does. ``relu(x) = x < 0 ? 0 : x`` keeps NaN (as
+``torch.relu``); ``max(x, 0)`` would not, since TVM lowers ``max`` to
+``x > 0 ? x : 0`` (one ``vmaxps`` either way, operands swapped).
 
 ``tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1))``, odd Taylor series below |x| = 0.3
 (relative error <= 4e-7),
@@ -75,7 +84,24 @@ def exp(x):
 
         return _let("n", "float32", te.floor(xc * _c(LOG2E) + _c(0.5)), with_n)
 
-    return _let("xc", "float32", te.max(te.min(x, _c(89.0)), _c(-104.0)), reduced)
+    def clamped(xn):
+        # NaN -> NaN: an unordered compare and a masked move, both vector instructions
+        body = _let("xc", "float32", te.max(te.min(xn, _c(89.0)), _c(-104.0)), reduced)
+        return tirx.Select(tirx.isnan(xn), xn, body)
+
+    return _let("xn", "float32", x, clamped)
+
+
+def relu(x):
+    """``max(x, 0)`` that keeps NaN (``torch.relu(nan) = nan``)."""
+    return tirx.Select(x < tirx.const(0.0, dtype_of(x)), tirx.const(0.0, dtype_of(x)), x)
+
+
+def dtype_of(x) -> str:
+    """dtype string of a TIR expression or tensor element (TVM 0.27 exposes it as ``.ty``)."""
+    if isinstance(x, te.tensor.TensorSlice):
+        return x.tensor.dtype
+    return str(x.ty)
 
 
 def sigmoid(x):
@@ -130,7 +156,7 @@ def _gelu_tanh(x):
 
 
 ACTIVATIONS = {
-    "relu": lambda x: te.max(x, _c(0.0)),
+    "relu": relu,
     "sigmoid": sigmoid,
     "tanh": tanh,
     "silu": lambda x: x * sigmoid(x),
@@ -140,6 +166,7 @@ ACTIVATIONS = {
 
 
 UNARY = {
+    "relax.nn.relu": relu,
     "relax.exp": exp,
     "relax.sigmoid": sigmoid,
     "relax.tanh": tanh,

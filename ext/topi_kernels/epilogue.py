@@ -5,6 +5,11 @@ to an anchor's accumulator on its way out (one store per output element).
 ``D[idx] = post(value(idx))`` where ``post`` applies ``epilogue`` in order;
 ``"bias"`` and ``"residual"`` each consume the next tensor of ``extras``,
 broadcast NumPy-style against ``shape`` (right-aligned, size-1 dims repeat).
+
+NaN and +-inf pass through every activation as through NumPy/PyTorch (see
+``elemwise``): float32 uses ``elemwise.ACTIVATIONS``; other dtypes use the
+intrinsics below, whose NaN behaviour is the backend's (CUDA's ``expf``/``tanhf``
+propagate it), with the same NaN-keeping ``relu``.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ def _sigmoid(x):
 
 
 ACTIVATION_EXPR = {
-    "relu": lambda x: te.max(x, _const(0, x)),
+    "relu": elemwise.relu,  # x < 0 ? 0 : x keeps NaN (max(x, 0) lowers to x > 0 ? x : 0, which drops it)
     "sigmoid": _sigmoid,
     "tanh": lambda x: te.tanh(x),
     "silu": lambda x: x * _sigmoid(x),

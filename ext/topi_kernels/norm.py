@@ -13,6 +13,10 @@ mean and the variance come from one sweep each over the L1-resident row)::
 
 Cost: ``~8 * rows * n`` flops, ``8 * rows * n + 8 * n`` bytes moved.
 
+NaN and +-inf: a row holding any makes ``s1``/``s2`` NaN or inf, the variance
+``inf - inf = NaN``, and every output of that row NaN, as NumPy and PyTorch give
+(the variance clamp keeps NaN; nothing in the per-element loop changes).
+
 Error bound: with ``d = X - K`` the textbook sum/sum-of-squares formula loses
 ``(mean - K)^2 / var`` in relative accuracy (catastrophic cancellation when
 ``|mean| >> std``). Shifting by a row element bounds ``|mean - K|`` by the
@@ -34,6 +38,11 @@ from tvm import te, tirx
 
 def _i64(v):
     return tirx.IntImm("int64", int(v))
+
+
+def _let(name: str, dtype: str, value, body):
+    v = tirx.Var(name, dtype)
+    return tirx.Let(v, value, body(v))
 
 
 def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, n: int, *, eps: float,
@@ -66,7 +75,10 @@ def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, 
     M = te.compute((_i64(rows),), lambda r: S1[r] * inv_n, name="mean")
 
     def rstd(r):
-        var = te.max(S2[r] * inv_n - M[r] * M[r], tirx.const(0.0, dt))
+        # clamp rounding below 0 with ``v < 0 ? 0 : v``: NaN (inf - inf from a row holding +-inf)
+        # stays NaN, so the whole row comes out NaN as in NumPy (``max(v, 0)`` would give 0)
+        var = _let("v", dt, S2[r] * inv_n - M[r] * M[r],
+                   lambda v: tirx.Select(v < tirx.const(0.0, dt), tirx.const(0.0, dt), v))
         return te.rsqrt(var + tirx.const(eps, dt))
 
     RS = te.compute((_i64(rows),), rstd, name="rstd")

@@ -22,9 +22,32 @@ Two computes give the schedules room:
   of whole ``lanes``-vectors, padded with the identity), then ``Y[o]``
   combines the ``chunks * lanes`` partials: the rfactor form that lets every
   thread work on one row.
+
+NaN and +-inf follow NumPy: ``sum``/``mean`` propagate them by IEEE arithmetic;
+``max``/``min`` use their own reducers (``nan_max``/``nan_min``)::
+
+    max'(acc, x) = isnan(acc) ? acc + x : max(acc, x)     # identity -inf
+    min'(acc, x) = isnan(acc) ? acc + x : min(acc, x)     # identity +inf
+
+TVM's ``max(acc, x)`` lowers to ``acc > x ? acc : x``: a NaN ``x`` gets in, but the
+next element replaces a NaN accumulator; and ``te.max`` starts from the largest
+finite float, so a row of ``-inf`` came out as ``-3.4e38``. The NaN select keeps
+a NaN accumulator (``acc + x`` is NaN), so any NaN in the row gives NaN, as
+``np.max``/``torch.amax``. Per vector of elements this adds one unordered compare
+and one masked add to the ``vmaxps`` (AVX-512: ``vcmpunordps`` + ``vaddps {k}``).
+(The form ``(isnan(acc) or acc > x) ? acc : x`` is as cheap on paper, but LLVM
+turns a store of ``select(c, acc, x)`` into a masked store and keeps the
+accumulators in memory.) Both reducers are registered with the schedule's
+reducer registry at import so that ``rfactor`` (lane-wise vector partials)
+recognizes them.
 """
 from __future__ import annotations
 
+import ctypes
+import math
+
+import tvm
+import tvm_ffi
 from tvm import te, tirx
 
 KINDS = ("sum", "mean", "max", "min")
@@ -37,13 +60,72 @@ def _i64(v):
 def identity(kind: str, dtype: str):
     if kind in ("sum", "mean"):
         return tirx.const(0, dtype)
+    if str(dtype).startswith(("float", "bfloat")):  # -inf/+inf, so a row of -inf/+inf reduces to itself
+        return tirx.const(-math.inf if kind == "max" else math.inf, dtype)
     return tirx.min_value(dtype) if kind == "max" else tirx.max_value(dtype)
+
+
+def _nan_combiner(kind: str):
+    """``isnan(acc) ? acc + x : (max|min)(acc, x)`` (see module doc)."""
+    pick = tirx.Max if kind == "max" else tirx.Min
+    return lambda acc, x: tirx.Select(tirx.isnan(acc), acc + x, pick(acc, x))
+
+
+def _identity_of(kind: str):
+    return lambda dtype: identity(kind, str(dtype))
+
+
+nan_max = te.comm_reducer(_nan_combiner("max"), _identity_of("max"), name="nan_max")
+nan_min = te.comm_reducer(_nan_combiner("min"), _identity_of("min"), name="nan_min")
+
+
+def _immortal(fn):
+    """``fn`` as a TVM function that is never freed.
+
+    The reducer registry is a C++ static destroyed after the interpreter has
+    finalized; freeing a Python callback then aborts the process ("double free").
+    One reference that is never released keeps the registry's copy from being the
+    last one (two small closures, alive for the whole process anyway).
+    """
+    f = tvm_ffi.convert(fn)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(f))
+    return f
+
+
+def _is_float(e) -> bool:
+    return str(e.ty).startswith(("float", "bfloat"))
+
+
+def _register_with_schedules() -> None:
+    """Let ``s_tir`` rfactor match blocks reduced by ``nan_max``/``nan_min`` (once per process:
+    this module is imported once).
+
+    The registry offers every reduction that no built-in reducer matched to these getters,
+    whatever its dtype; for non-float dtypes they return a reducer that matches nothing (an
+    identity that is a fresh variable) instead of raising on, say, ``bool``.
+    """
+    register = tvm.get_global_func("s_tir.schedule.RegisterReducer")
+
+    def identity_getter(kind):
+        def get(values):
+            v = values[0]
+            return [identity(kind, str(v.ty)) if _is_float(v) else tirx.Var("no_match", v.ty)]
+
+        return get
+
+    for kind in ("max", "min"):
+        combine = _nan_combiner(kind)
+        register(1, _immortal(lambda xs, ys, c=combine: [c(xs[0], ys[0]) if _is_float(xs[0]) else xs[0]]),
+                 _immortal(identity_getter(kind)))
+
+
+_register_with_schedules()
 
 
 def _combine(kind: str, value, axis):
     if kind in ("sum", "mean"):
         return te.sum(value, axis=axis)
-    return te.max(value, axis=axis) if kind == "max" else te.min(value, axis=axis)
+    return (nan_max if kind == "max" else nan_min)(value, axis=axis)
 
 
 def _finish(kind: str, R: int, acc, out_dtype: str, shape, name="out"):

@@ -12,7 +12,9 @@ Cost: about ``16 * rows * n`` flops (12 for the polynomial ``exp``, see
 ``elemwise.py``) and ``8 * rows * n`` bytes moved (X read once, Y written once).
 Subtracting the row max keeps every ``exp`` argument <= 0, so inputs around
 +-1e4 (or any finite values) give finite outputs; a row that is all ``-inf``
-gives NaN, as in NumPy and PyTorch.
+gives NaN, as in NumPy and PyTorch. So does a row holding a NaN or a ``+inf``
+(``exp`` keeps NaN, ``inf - inf`` is NaN, and the row sum carries it to every
+output); a ``-inf`` next to finite values gives 0 there.
 
 N-D inputs are flattened to rows by the Relax family (a free reshape).
 """
