@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any
 
 import tvm
@@ -67,11 +68,49 @@ def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
     return normalize({"kind": "llvm", "mcpu": mcpu, "num-cores": num_cores or usable_cores()})
 
 
-def cuda(arch: str = "sm_80") -> Target:
-    """A CUDA target for ``arch`` (``"sm_80"``, ``"sm_90"``...) with an LLVM host."""
-    if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()):
-        raise ValueError(f"CUDA arch must look like 'sm_80', got {arch!r}")
-    return Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
+_SM_ARCH = re.compile(r"sm_(\d{2,3})[af]?")
+
+
+def check_cuda_arch(arch) -> str:
+    """``arch`` if it names a CUDA compute capability (``sm_75``, ``sm_90a``...), else ValueError."""
+    m = _SM_ARCH.fullmatch(arch) if isinstance(arch, str) else None
+    if m is None or int(m.group(1)) < 30:
+        raise ValueError(f"CUDA arch must look like 'sm_80' or 'sm_90a' (compute capability >= 3.0), got {arch!r}")
+    return arch
+
+
+def cuda(arch: str | None = None) -> Target:
+    """A CUDA target for ``arch`` (``"sm_80"``, ``"sm_90"``...) with an LLVM host.
+
+    Without ``arch`` the local GPU's compute capability is used; with no GPU
+    visible a ``ValueError`` asks for ``arch=`` (code generation needs no GPU).
+    """
+    return Target({"kind": "cuda", "arch": check_cuda_arch(arch or _detected_cuda_arch())}, host={"kind": "llvm"})
+
+
+def _detected_cuda_arch() -> str:
+    arch = local_cuda_arch()
+    if arch is None:
+        raise ValueError("no CUDA GPU is visible to detect the architecture from: "
+                         "pass it, e.g. ext.target.cuda(arch='sm_90')")
+    return arch
+
+
+def check_mcpu(mcpu: str, triple: str | None = None) -> str:
+    """``mcpu`` if LLVM knows it for ``triple`` (the host's by default), else ValueError.
+
+    LLVM itself only prints a warning for an unknown CPU and then generates
+    baseline (SSE2) code, which would be a silent 5-10x slowdown.
+    """
+    codegen = tvm.target.codegen
+    triple = triple or codegen.llvm_get_system_triple()
+    if not isinstance(mcpu, str) or not codegen.llvm_is_valid_cpu(mcpu, triple):
+        known = [str(c) for c in codegen.llvm_get_cpu_archlist(Target({"kind": "llvm", "mtriple": triple}))]
+        close = [c for c in known if isinstance(mcpu, str) and mcpu[:3].lower() == c[:3]][:8]
+        raise ValueError(f"LLVM does not know the CPU {mcpu!r} for {triple}"
+                         + (f"; similar names: {', '.join(close)}" if close else "")
+                         + f" ({len(known)} known; ext.target.cpu() detects the host's)")
+    return mcpu
 
 
 def local_cuda_arch() -> str | None:
@@ -99,6 +138,10 @@ def normalize(target: Any) -> Target:
     elif isinstance(target, dict):
         if "kind" not in target:
             raise ValueError(f"target dict needs a 'kind' key (one of {_KNOWN_KINDS}), got {target!r}")
+        if target["kind"] == "llvm" and "mcpu" in target:
+            check_mcpu(target["mcpu"], target.get("mtriple"))
+        if target["kind"] == "cuda":
+            target = {**target, "arch": check_cuda_arch(target.get("arch") or _detected_cuda_arch())}
         try:
             t = Target(target)
         except Exception as err:  # TVM raises several error types
@@ -113,6 +156,10 @@ def normalize(target: Any) -> Target:
         raise ValueError(f"target must be a tvm Target, a dict or 'llvm'/'cuda', got {type(target).__name__}")
     if t.kind.name not in _KNOWN_KINDS:
         raise ValueError(f"target kind {t.kind.name!r} is not supported by ext (known: {_KNOWN_KINDS})")
+    if t.kind.name == "cuda" and not str(t.attrs.get("arch", "")):
+        raise ValueError("CUDA target without an arch: pass ext.target.cuda(arch='sm_90') or add 'arch'")
+    if t.kind.name == "llvm" and "mcpu" in t.attrs:
+        check_mcpu(str(t.attrs["mcpu"]), str(t.attrs.get("mtriple", "")) or None)
     if t.kind.name == "llvm" and ("num-cores" not in t.attrs or "mcpu" not in t.attrs):
         # A bare llvm target would generate generic SSE2 code: fill in the host CPU.
         attrs = {k: v for k, v in dict(t.export()).items() if k not in ("tag", "keys", "host", "features")}

@@ -81,7 +81,7 @@ def test_source_passes_nvcc(name, arch, tmp_path):
 def test_tiled_uses_register_tiles_and_double_buffering():
     res = built("matmul.cuda_tiled", "sm_80")
     (k,) = res.kernels
-    cfg = REGISTRY.get("matmul.cuda_tiled").default_config(REPRESENTATIVE["matmul.cuda_tiled"], ext.target.cuda())
+    cfg = REGISTRY.get("matmul.cuda_tiled").default_config(REPRESENTATIVE["matmul.cuda_tiled"], ext.target.cuda("sm_80"))
     assert k.threads_per_block == cfg.threads
     # double buffering doubles the A and B tiles: (BM + BN) * BK * 4 bytes * 2 stages
     assert k.static_shared == (cfg.block_m + cfg.block_n) * cfg.block_k * 4 * 2

@@ -43,3 +43,43 @@ def test_threads_use_every_core_unless_overridden():
     import tvm
 
     assert tvm.runtime.num_threads() == int(os.environ["TVM_NUM_THREADS"])
+
+
+@pytest.mark.parametrize("arch", ["sm_9", "sm_", "sm_2", "hopper", "sm_90b", 90])
+def test_cuda_arch_is_checked_by_ext(arch):
+    with pytest.raises(ValueError, match="CUDA arch must look like"):
+        ext.target.cuda(arch)
+    with pytest.raises(ValueError, match="CUDA arch must look like"):
+        normalize({"kind": "cuda", "arch": arch})
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90a", "sm_120"])
+def test_cuda_arch_accepts_real_capabilities(arch):
+    assert str(normalize({"kind": "cuda", "arch": arch}).attrs["arch"]) == arch
+
+
+def test_cuda_without_arch_detects_or_asks(monkeypatch):
+    monkeypatch.setattr(ext.target, "local_cuda_arch", lambda: None)
+    for spell in (lambda: ext.target.cuda(), lambda: normalize("cuda"), lambda: normalize({"kind": "cuda"})):
+        with pytest.raises(ValueError, match="arch="):
+            spell()
+    monkeypatch.setattr(ext.target, "local_cuda_arch", lambda: "sm_86")
+    assert str(ext.target.cuda().attrs["arch"]) == "sm_86"
+    assert str(normalize("cuda").attrs["arch"]) == "sm_86"
+
+
+@pytest.mark.parametrize("mcpu", ["nonsense", "znver", "cortex-a72"])
+def test_unknown_mcpu_is_rejected_before_llvm_falls_back_to_sse(mcpu):
+    with pytest.raises(ValueError, match=f"LLVM does not know the CPU '{mcpu}'"):
+        normalize({"kind": "llvm", "mcpu": mcpu})
+    with pytest.raises(ValueError, match="does not know the CPU"):
+        ext.target.cpu(mcpu)
+
+
+def test_frontend_is_available_after_import_ext():
+    import subprocess
+    import sys
+
+    code = "import ext; print(callable(ext.frontend.from_torch), callable(ext.frontend.from_onnx))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True"], out.stderr
