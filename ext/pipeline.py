@@ -6,7 +6,9 @@ Stages (a flat, named sequence)::
     Canonicalize       DecomposeOpsForInference, FoldConstant, CSE, DCE
     LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
-    LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report
+    LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report (with a row per
+                       op left to stock lowering, and a ``failed`` row per composite ext failed on)
+    library dispatch   the backend's DispatchSampling, DispatchSortScan (sort, topk, cumsum...)
     FoldConstant       weight packing of constants happens here, at compile time
     LowerElementwiseMath  (CPU) exp/sigmoid/tanh/gelu/silu as vectorizable polynomials
     stock legalize     LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
@@ -28,6 +30,7 @@ from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.fold_batchnorm import FoldBatchNorm
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.inplace import UseInplaceCalls
+from .progress import BuildProgress, stage
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
 from .target import describe, normalize
@@ -70,6 +73,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
             hist, mdl = current_history(tgt, hist, mdl)
         rep = report if report is not None else SelectionReport(describe(tgt))
         _LAST["report"] = rep
+        if hasattr(hist, "skipped"):  # a tuning log: how many of its records it could not trust
+            rep.note_tuning_log(hist.skipped())
         if libraries == "measure":
             from .libraries.measure import LibraryTimings
 
@@ -78,16 +83,15 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         backend = _backend(tgt)
         cpu_target = tgt.kind.name == "llvm"
         with tgt:
-            seq = tvm.transform.Sequential(
-                [FoldBatchNorm(), rp.Canonicalize(), LayoutPolicy(tgt),
-                 rp.FuseEpilogues(), rp.LowerToCandidates(selector, rep),
-                 relax.transform.FoldConstant()]
-                + ([LowerElementwiseMath()] if cpu_target else [])
-                + backend.legalize_passes(tgt)
-                + ([UseInplaceCalls()] if cpu_target else [])
-                + [rp.FallbackSchedule(tgt)]
-                + backend.dataflow_lower_passes(tgt)
-                + backend.finalize_passes(tgt), name="ext.pipeline")
+            seq = tvm.transform.Sequential([
+                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), LayoutPolicy(tgt), rp.FuseEpilogues()]),
+                # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
+                stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
+                stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant()]),
+                stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
+                      + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
+                stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt)),
+            ], name="ext.pipeline")
             return seq(mod)
 
     return tvm.transform.module_pass(run, opt_level=0, name="ext.pipeline")
@@ -99,7 +103,7 @@ def _registered_pipeline(**kwargs):
 
 
 def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.PathLike | None = None,
-          libraries: bool | str = True):
+          libraries: bool | str = True, cache: bool = True, verbose: bool = True):
     """Compile a Relax module with ext's kernels.
 
     Parameters
@@ -111,28 +115,59 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     libraries : allow vendor-library candidates (True), turn them off (False), or
         ``"measure"``: time each applicable library against ext's own pick at build
         time and keep the faster (cached; see ``ext.libraries.measure``).
+    cache : look the build up in (and add it to) the on-disk cache ``ext.cache``
+        (``$EXT_CACHE_DIR``, default ``~/.cache/ext``; ``EXT_CACHE=0`` turns it off).
+    verbose : print one line per stage when the build runs past 2 s.
 
     Returns
     -------
     A ``tvm.runtime.Executable``; run it with ``relax.VirtualMachine(ex, dev)``.
     ``ext.last_report()`` (and ``ex.ext_report``) is the ``SelectionReport`` of this
-    build. Export with ``ext.export_library(ex, path)``: it refuses, naming the
-    candidates, when a vendor-library call needs this Python process.
+    build, with the seconds per stage in ``report.stages``. Export with
+    ``ext.export_library(ex, path)``: it refuses, naming the candidates, when a
+    vendor-library call needs this Python process.
 
     Example
     -------
     >>> ex = ext.build(mod, ext.target.cpu(), report="report.json")  # doctest: +SKIP
     """
+    import time
+
+    from . import cache as build_cache
     from .target import cpu
+    from .tuning.apply import current_history
 
     tgt = normalize(target) if target is not None else cpu()
     if tuning_log is not None and not os.path.exists(tuning_log):  # fail here, not deep inside the pass
         raise FileNotFoundError(f"tuning log {os.fspath(tuning_log)!r} does not exist")
+    start = time.perf_counter()
+    # an apply_history_best context is state the key cannot see: such builds bypass the cache
+    parts = None
+    if cache and build_cache.enabled() and current_history(tgt)[0] is None:
+        parts = build_cache.key_parts(mod, tgt, tuning_log=tuning_log, libraries=libraries)
+        hit = build_cache.load(parts)
+        if hit is not None:
+            ex, rep = hit
+            rep.cached, rep.stages = True, [("cache hit", round(time.perf_counter() - start, 3), 0)]
+            return _finish(ex, rep, report)
     rep = SelectionReport(describe(tgt))
-    ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
+    progress = BuildProgress(verbose)
+    ctx = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=ctx.opt_level, config=dict(ctx.config),
+                                   instruments=list(ctx.instruments) + [progress]):
+        ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
+        progress.add("codegen", time.perf_counter() - start - sum(s[1] for s in progress.stages), 0)
+    rep.stages = progress.stages
+    if parts is not None and not any(d.candidate is not None and d.candidate.needs_python for d in rep):
+        build_cache.store_async(parts, ex, rep)
+    return _finish(ex, rep, report)
+
+
+def _finish(ex, rep: SelectionReport, report_path):
+    _LAST["report"] = rep
     ex.ext_report = rep  # ext.export_library checks it for candidates that need this Python process
-    if report is not None:
-        rep.save(report)
+    if report_path is not None:
+        rep.save(report_path)
     return ex
 
 

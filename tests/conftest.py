@@ -1,9 +1,24 @@
-"""Shared fixtures (helpers live in ``ext.testing``)."""
+"""Shared fixtures (helpers live in ``ext.testing``) and hypothesis profiles.
+
+Profiles: ``default`` keeps the suite deterministic and short (derandomized, no deadline:
+an example is a TVM build); ``long`` is the 1,000-example fuzzing run,
+``pytest --hypothesis-profile=long tests/test_fuzz.py``.
+"""
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("EXT_CACHE", "0")  # tests monkeypatch kernels: no build may come from an earlier run's cache
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 import ext
+
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile("default", max_examples=40, derandomize=True, database=None, **_COMMON)
+settings.register_profile("long", max_examples=1000, derandomize=False, **_COMMON)
+settings.load_profile("default")
 
 
 @pytest.fixture(scope="session")

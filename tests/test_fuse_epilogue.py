@@ -99,3 +99,50 @@ def test_chains_are_ordered_longest_first():
     # bias? x (6 activations + none) x residual?, plus the ResNet order bias? + residual + activation
     assert len(chains) == len(set(chains)) == 2 * 7 * 2 + 2 * 6
     assert ("bias", "residual", "relu") in chains
+
+
+def composites(mod) -> dict:
+    return {gv.name_hint: f for gv, f in mod.functions_items() if f.attrs and "Composite" in f.attrs}
+
+
+def test_intermediate_used_outside_the_group_is_not_fused():
+    """SiLU as ``y * sigmoid(y)``: fusing the sigmoid would make the composite return (y, sigmoid(y))."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((5, 7), "float32"), w: R.Tensor((7, 11), "float32"),
+                 b: R.Tensor((11,), "float32")) -> R.Tensor((5, 11), "float32"):
+            with R.dataflow():
+                y = R.add(R.matmul(x, w), b)
+                z = R.multiply(y, R.sigmoid(y))
+                R.output(z)
+            return z
+
+    after = FuseEpilogues()(Before)
+    funcs = composites(after)
+    assert [str(f.attrs["Composite"]) for f in funcs.values()] == ["ext.matmul_bias"]
+    assert all(isinstance(f.ret_ty, tvm.relax.TensorType) for f in funcs.values())  # no tuple outputs
+    assert "R.sigmoid" in after["main"].script() and "R.multiply" in after["main"].script()
+
+
+def test_residual_computed_from_the_anchor_is_not_fused():
+    """``y = x @ w; y + y @ w2``: the first matmul's residual needs the matmul itself."""
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((5, 7), "float32"), w: R.Tensor((7, 7), "float32"),
+                 w2: R.Tensor((7, 7), "float32")) -> R.Tensor((5, 7), "float32"):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                z = R.add(y, R.matmul(y, w2))
+                R.output(z)
+            return z
+
+    after = FuseEpilogues()(Before)
+    funcs = composites(after)
+    # the matcher takes the add's first operand as the anchor and, once rejected, tries the shorter
+    # chains, not the second matmul + residual y
+    assert [str(f.attrs["Composite"]) for f in funcs.values()] == ["ext.matmul"]
+    assert after["main"].script().count("fused_relax_matmul(") == 2 and "R.add" in after["main"].script()

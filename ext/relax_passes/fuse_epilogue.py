@@ -6,6 +6,14 @@ Composite names spell the chain: ``ext.matmul``, ``ext.matmul_bias_relu``,
 add takes a tensor that varies only along the anchor's channel axis (last
 axis for matmul, given by the family's check); a ``residual`` add takes a
 tensor of the output's exact shape.
+
+A match is rejected when one of its intermediate values (the anchor's output,
+the bias add, the activation) is also used outside the group: the composite
+would then have to return a tuple of them, which no kernel computes (and the
+families describe single results only). A residual operand that depends on the
+anchor itself (``y = conv(x); y + conv2(y)`` matched as ``conv + residual``) is
+rejected too: the group would need its own output as an input, a cycle that
+stock ``FuseOpsByPattern`` reports as a crash.
 """
 from __future__ import annotations
 
@@ -14,8 +22,9 @@ import itertools
 import tvm
 from tvm_ffi import structural_equal
 from tvm import relax
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_op, wildcard
-from tvm.relax.transform import FusionPattern
+from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from .families import FAMILIES
 
@@ -53,9 +62,51 @@ def _is_bias(expr, out, channel_axis: int) -> bool:
     return True
 
 
+def _bound_var(ctx: PatternCheckContext, expr):
+    """The variable ``expr`` is bound to in the function (``expr`` itself if it is a variable)."""
+    if isinstance(expr, relax.Var):
+        return expr
+    return ctx.value_to_bound_var.get(expr)
+
+
+def _leaks(ctx: PatternCheckContext) -> bool:
+    """An intermediate value of the match is used outside it (or the match cannot be analysed)."""
+    try:
+        return has_leaking_intermediate_variables(ctx)
+    except (KeyError, IndexError):  # the matched root is not bound to a variable: do not fuse
+        return True
+
+
+def _depends_on(ctx: PatternCheckContext, target, source) -> bool:
+    """``target`` is computed (transitively) from ``source`` (both bound variables)."""
+    seen, todo = {source}, [source]
+    while todo:
+        var = todo.pop()
+        if var not in ctx.var_usages:
+            continue
+        for user in ctx.var_usages[var]:
+            if user.same_as(target):
+                return True
+            if user not in seen:
+                seen.add(user)
+                todo.append(user)
+    return False
+
+
+def _residual_needs_anchor(ctx: PatternCheckContext) -> bool:
+    """The residual operand is computed from the anchor's result: fusing would make a cycle."""
+    ann = ctx.annotated_expr
+    res, anchor = _bound_var(ctx, ann["residual"]), _bound_var(ctx, ann["anchor"])
+    if res is None or anchor is None:
+        return False
+    return res.same_as(anchor) or _depends_on(ctx, res, anchor)
+
+
 def _check_chain(family, variant: str, parts: tuple):
     def check(ctx) -> bool:
         ann = ctx.annotated_expr
+        if _leaks(ctx):  # an inner value is used outside the group
+            return False
         if not family.check(variant, ann):
             return False
         anchor = ann["anchor"]
@@ -64,6 +115,8 @@ def _check_chain(family, variant: str, parts: tuple):
             return False
         if "residual" in parts and not (_same_shape(ann["residual"], anchor)
                                         and ann["residual"].ty.dtype == anchor.ty.dtype):
+            return False
+        if "residual" in parts and _residual_needs_anchor(ctx):
             return False
         return True
 

@@ -11,6 +11,13 @@ lowering sees the original ops. Every decision goes to the ``SelectionReport``.
 A vendor-library candidate builds a ``PackedCall`` instead: ``call_dps_packed``
 to its packed function, then the epilogue as a ``call_tir`` to a small
 element-wise kernel.
+
+No single composite may crash the build: an exception while extracting,
+choosing or emitting one composite is reported as a ``failed`` row (error
+type and message) and that composite goes to stock lowering like a declined
+one. After lowering, every op still left to stock lowering (outside any kernel,
+or inside a declined composite) is reported as a ``stock`` row saying why no
+ext kernel took it.
 """
 from __future__ import annotations
 
@@ -20,9 +27,11 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..strategies.registry import config_to_dict
 from ..strategies.report import SelectionReport
-from ..strategies.select import Selector
+from ..strategies.select import Decision, Selector
 from ..tir_schedules.common import param_dtype, param_shape
+from ..workload import Workload
 from .families import FAMILIES, Composite
+from .stock_ops import report_stock_ops
 
 
 def _bindings(func: relax.Function) -> dict:
@@ -37,6 +46,7 @@ class _Lower(PyExprMutator):
         self.kernels: dict = {}
         self.built: dict = {}
         self.declined: set = set()
+        self.reasons: dict = {}  # declined composite -> why (for the stock rows of its ops)
 
     def _composite(self, call) -> Composite | None:
         if not isinstance(call.op, relax.GlobalVar):
@@ -62,16 +72,31 @@ class _Lower(PyExprMutator):
         comp = self._composite(call)
         if comp is None:
             return call
+        try:
+            return self._lower(call, comp)
+        except Exception as err:  # last line of defence: this composite goes to stock lowering
+            first = (str(err).strip().splitlines() or [""])[-1][:200]
+            reason = f"{type(err).__name__}: {first}"
+            self.report.add(Decision(_failed_workload(comp), None, None, "failed", [],
+                                     f"ext failed on {comp.name} ({reason}): stock lowering + ext fallback schedule"))
+            self._decline(call, f"{comp.name} failed in ext ({reason})")
+            return call
+
+    def _decline(self, call, why: str) -> None:
+        self.declined.add(call.op)
+        self.reasons[call.op] = why
+
+    def _lower(self, call, comp: Composite):
         family = FAMILIES[comp.name.split(".", 1)[1].split("_", 1)[0]]
         extracted = family.extract(comp)
         if extracted is None:
-            self.declined.add(call.op)
+            self._decline(call, f"the {family.name} family cannot describe this {comp.name}")
             return call
         wl, args, post = extracted
         decision, built = self._decide(wl)
-        self.report.add(decision)
         if decision.candidate is None:
-            self.declined.add(call.op)
+            self.report.add(decision)
+            self._decline(call, f"{comp.name} declined: {decision.reason}")
             return call
         cand, config = decision.candidate, decision.config
         main, transforms = built
@@ -86,7 +111,9 @@ class _Lower(PyExprMutator):
         else:
             gv = self._kernel(cand, wl, config, "", lambda: main)
             result = relax.call_tir(gv, args, out_ty=out_ty)
-        return post(self.builder_.emit(result)) if post else result
+        result = post(self.builder_.emit(result)) if post else result
+        self.report.add(decision)  # only once the kernel call exists: a failure above reports "failed"
+        return result
 
     def _decide(self, wl):
         """Choose and build; a candidate whose build raises is reported ``failed`` and the
@@ -121,19 +148,34 @@ class _Lower(PyExprMutator):
         for gv, func in self.mod_.functions_items():
             if isinstance(func, relax.Function) and not (func.attrs and "Composite" in func.attrs):
                 self.builder_.update_func(gv, self.visit_expr(func))
-        mod = self.builder_.get()
-        for gv in self.declined:  # back to plain private functions, inlined below
-            func = mod[gv]
-            mod[gv] = func.without_attr("Composite").without_attr("Primitive")
+        return self.builder_.get()
+
+    def uncomposite(self, mod):
+        """Declined composites become plain private functions (inlined by the caller)."""
+        alive = {gv.name_hint for gv in mod.get_global_vars()}
+        for gv in self.declined:
+            if gv.name_hint in alive:
+                mod[gv] = mod[gv].without_attr("Composite").without_attr("Primitive")
         return mod
+
+
+def _failed_workload(comp: Composite) -> Workload:
+    """A workload naming a composite ext failed on, from its outer tensor arguments alone."""
+    tensors = [a for a in comp.args if isinstance(getattr(a, "ty", None), relax.TensorType) and a.ty.shape is not None]
+    shapes = [tuple(int(d) if hasattr(d, "value") else str(d) for d in a.ty.shape) for a in tensors]
+    out = comp.func.ret_ty if hasattr(comp.func, "ret_ty") else None
+    out_dtype = str(out.dtype) if isinstance(out, relax.TensorType) else "unknown"
+    return Workload(comp.name.split(".", 1)[1].split("_", 1)[0], shapes, [str(a.ty.dtype) for a in tensors],
+                    out_dtype, attrs={"composite": comp.name, "failed": True})
 
 
 def LowerToCandidates(selector: Selector, report: SelectionReport) -> tvm.transform.Pass:  # noqa: N802
     """Module pass: composites -> chosen kernels (see module doc)."""
 
     def transform(mod, _ctx):
-        mod = _Lower(mod, selector, report).run()
-        mod = relax.transform.DeadCodeElimination()(mod)
-        return relax.transform.InlinePrivateFunctions()(mod)
+        lower = _Lower(mod, selector, report)
+        lowered = relax.transform.DeadCodeElimination()(lower.run())
+        report_stock_ops(mod, report, lower.reasons)  # the input: without the reshapes ext added
+        return relax.transform.InlinePrivateFunctions()(lower.uncomposite(lowered))
 
     return tvm.transform.module_pass(transform, opt_level=0, name="ext.LowerToCandidates")

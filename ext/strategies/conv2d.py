@@ -25,6 +25,7 @@ from ..tir_schedules.cpu import conv2d as sched
 from ..tir_schedules.cpu.conv2d import DirectConfig
 from ..tir_schedules.cpu.winograd import WinogradConfig, schedule_winograd
 from ..topi_kernels import conv2d as cv
+from ..topi_kernels import host
 from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
 from ..workload import Workload
@@ -179,12 +180,14 @@ def _direct_transforms(wl, cfg: DirectConfig, target):
     Wp = cv.pack_weight_nchwc(Wt, g, cfg.icb, cfg.ocb)
     sch = create_schedule([Wt, Wp])
     sched.schedule_pack(sch, "Wp", lanes(target), 2)
-    return {1: finish(sch, "conv2d.pack_nchwc")}
+    RC, OB = cv.nchwc_blocks(g, cfg.icb, cfg.ocb)
+    return {1: host.attach(finish(sch, "conv2d.pack_nchwc"), "conv2d.pack_nchwc", OB=OB, RC=RC, icb=cfg.icb,
+                           ocb=cfg.ocb)}
 
 
 register(Candidate("conv2d.direct_nchwc", ("llvm",), PLEVEL.BLOCKED, _direct_check, DirectConfig,
                    space=_direct_space, default=_direct_default, build=_direct_build,
-                   transforms=_direct_transforms, suits=_direct_suits))
+                   transforms=_direct_transforms, suits=_direct_suits, added_knobs=("order",)))
 
 
 # -- conv2d.winograd ----------------------------------------------------------------------------------
@@ -284,9 +287,10 @@ def _wino_transforms(wl, cfg, target):
     sch.reorder(jb, k, e, jl)
     sch.parallel(sch.fuse(jb, k))
     sch.vectorize(jl)  # e stays a loop: unrolling its Select chain makes LLVM take ~40 s
-    return {1: finish(sch, "conv2d.winograd_filter")}
+    return {1: host.attach(finish(sch, "conv2d.winograd_filter"), "conv2d.winograd_filter", m=cfg.tile, nb=cfg.nb,
+                           kb=_wino_blocks(g, ln)[0])}
 
 
 register(Candidate("conv2d.winograd", ("llvm",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
                    space=_wino_space, default=_wino_default, build=_wino_build, transforms=_wino_transforms,
-                   suits=_wino_suits))
+                   suits=_wino_suits, added_knobs=("parallel",)))

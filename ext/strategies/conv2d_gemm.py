@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu.matmul import TileConfig, schedule_tiled
 from ..topi_kernels import conv2d as cv
+from ..topi_kernels import host
 from ..topi_kernels import matmul as mm
 from ..topi_kernels.matmul import ceil_to
 from .conv2d import check_common, geom, lanes, placeholders
@@ -97,7 +98,7 @@ def _transforms(wl, cfg, target):
     sch = create_schedule([Wt, W2])
     o, k = sch.get_loops(sch.get_sblock("W2"))
     sch.parallel(o)
-    return {1: finish(sch, "conv2d.weight_matrix")}
+    return {1: host.attach(finish(sch, "conv2d.weight_matrix"), "conv2d.weight_matrix")}
 
 
 def _im2col_suits(wl, target):

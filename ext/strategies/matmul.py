@@ -16,6 +16,7 @@ from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import matmul as cpu_sched
 from ..tir_schedules.cpu.matmul import DotConfig, TileConfig
+from ..topi_kernels import host
 from ..topi_kernels import matmul as mm
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
@@ -146,7 +147,7 @@ def _pack_func(wl, nb, target):
     Bp = mm.pack_weight(B, N=N, K=K, nb=nb, b_layout=_b_layout(wl))
     sch = create_schedule([B, Bp])
     cpu_sched.schedule_pack(sch, _lanes(target))
-    return finish(sch, "matmul.pack")
+    return host.attach(finish(sch, "matmul.pack"), "matmul.pack", N=N, nb=nb, layout=_b_layout(wl))
 
 
 def _packed_shape(wl, nb):
@@ -287,7 +288,7 @@ def _batch_transforms(wl, cfg, target):
     Bt = mm.swap_last_two(B)
     sch = create_schedule([B, Bt])
     cpu_sched.schedule_transpose(sch, "Bt", _lanes(target))
-    return {1: finish(sch, "matmul.batch_transpose")}
+    return {1: host.attach(finish(sch, "matmul.batch_transpose"), "matmul.swap_last_two")}
 
 
 def _batch_build(wl, cfg: TileConfig, target):

@@ -34,6 +34,8 @@ class Family:
     chains: bool = True
     #: axis of the anchor's output that a bias varies along (int, or a callable of the anchor expr)
     channel_axis: object = -1
+    #: what instances the family covers, for the report row of one it declined (e.g. split axes)
+    covers: str = ""
 
 
 FAMILIES: dict[str, Family] = {}

@@ -65,4 +65,5 @@ def _extract(comp: Composite):
     return wl, [x, w] + extras, None
 
 
-register_family(Family("conv2d", [("plain", _anchor)], _check, _extract, channel_axis=_channel_axis))
+register_family(Family("conv2d", [("plain", _anchor)], _check, _extract, channel_axis=_channel_axis,
+                       covers="4-D input, weight and output"))

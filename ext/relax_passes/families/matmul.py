@@ -86,4 +86,5 @@ def _extract(comp: Composite):
     return wl, args, post
 
 
-register_family(Family("matmul", [("transposed", _transposed), ("plain", _plain)], _check, _extract))
+register_family(Family("matmul", [("transposed", _transposed), ("plain", _plain)], _check, _extract,
+                       covers="operands of rank >= 2; a transposed weight swaps its last two axes"))

@@ -33,4 +33,4 @@ def _extract(comp: Composite):
 
 
 register_family(Family("pool2d", [(kind, single_op_anchor(op)) for op, kind in OPS.items()], _check, _extract,
-                       chains=False))
+                       chains=False, covers="4-D input"))

@@ -62,4 +62,6 @@ def _extract(comp: Composite):
 
 
 register_family(Family("reduce", [(name.split(".")[1], single_op_anchor(op)) for op, name in
-                                  [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False))
+                                  [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False,
+                       covers="static shapes whose reduced axes form one contiguous group once size-1 axes "
+                              "are dropped"))

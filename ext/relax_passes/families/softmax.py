@@ -46,4 +46,5 @@ def _extract(comp: Composite):
     return wl, [arg], post
 
 
-register_family(Family("softmax", [("plain", _softmax)], _check, _extract, chains=False))
+register_family(Family("softmax", [("plain", _softmax)], _check, _extract, chains=False,
+                       covers="softmax over the last axis"))

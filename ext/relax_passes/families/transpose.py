@@ -57,4 +57,6 @@ def _extract(comp: Composite):
 
 register_family(Family("transpose", [("permute", single_op_anchor("relax.permute_dims")),
                                      ("layout", single_op_anchor("relax.layout_transform"))], _check, _extract,
-                       chains=False))
+                       chains=False,
+                       covers="static permutations that swap two groups of axes, (B, R, S, E) -> (B, S, R, E), "
+                              "without padding"))

@@ -1,0 +1,133 @@
+"""Compile-time constant folding: NumPy twins of weight transforms and the batched folder.
+
+Every weight transform that names a NumPy twin must produce the same bits as its
+compiled PrimFunc (the twin replaces it at compile time); the folder must
+produce the same constants as stock ``FoldConstant``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import ext
+from ext.relax_passes.fold_constants import FoldConstants
+from ext.testing import own_candidates
+from ext.topi_kernels import host
+from conv2d_helpers import conv_wl
+from test_matmul import matmul_wl
+
+TARGET = ext.target.cpu()
+
+WORKLOADS = [
+    conv_wl(1, 3, 13, 11, 7, 3, pad=1),                 # odd channels: padding in every block
+    conv_wl(1, 17, 15, 15, 19, 3, pad=1),               # Winograd-eligible, prime sizes
+    conv_wl(1, 8, 9, 9, 12, 1, pad=0),                  # 1x1: pointwise / weight matrix
+    conv_wl(1, 12, 9, 9, 12, 3, pad=1, groups=3),       # grouped
+    conv_wl(1, 5, 10, 10, 13, 5, stride=2, pad=2),      # 5x5 stride 2: im2col / direct
+    matmul_wl(7, 33, 19),
+    matmul_wl(5, 67, 31, transpose_b=True),
+    matmul_wl(1, 97, 43),
+    matmul_wl(3, 11, 13, batch=(2,), transpose_b=True),
+]
+
+
+def _transforms():
+    """(candidate, workload, config, input index, PrimFunc) for every transform with a twin."""
+    out = []
+    for wl in WORKLOADS:
+        for cand in own_candidates(wl, TARGET):
+            configs = [cand.default_config(wl, TARGET)] + list(cand.space(wl, TARGET) or [])[:3]
+            for cfg in configs:
+                for idx, func in cand.input_transforms(wl, cfg, TARGET).items():
+                    if host.lookup(func) is not None:
+                        out.append((cand.name, wl, cfg, idx, func))
+    return out
+
+
+CASES = _transforms()
+
+
+def test_every_twin_is_exercised():
+    names = {str(host.lookup(f)[0].__name__) for *_, f in CASES}
+    assert {"pack_weight", "pack_weight_nchwc", "winograd_filter", "weight_matrix", "swap_last_two"} <= names
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1].shapes[1]))}")
+def test_twin_is_bit_identical_to_the_compiled_transform(case):
+    _, wl, _, idx, func = case
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(wl.shapes[idx]).astype("float32")
+    rt = tvm.compile(tvm.IRModule({"f": func.with_attr("global_symbol", "f")}), target=tvm.target.Target({"kind": "llvm"}))
+    out_ty = func.params[-1]
+    buf = func.buffer_map[out_ty] if hasattr(func, "buffer_map") else None
+    shape = [int(d) for d in (buf.shape if buf is not None else func.ty.params[-1].shape)]
+    got = tvm.runtime.empty(shape, "float32", tvm.cpu())
+    rt["f"](tvm.runtime.tensor(w), got)
+    twin = host.run(func, [w])
+    assert twin.shape == tuple(shape) and twin.dtype == np.float32
+    assert np.array_equal(twin.view(np.uint32), got.numpy().view(np.uint32)), "twin differs from the compiled transform"
+
+
+def _bn_module():
+    """conv weights scaled by folded batch-norm statistics: chains of constant arithmetic."""
+    rng = np.random.default_rng(1)
+    w = relax.const(rng.standard_normal((13, 7, 3, 3)).astype("float32"))
+    gamma, beta, mean = (relax.const(rng.standard_normal(13).astype("float32")) for _ in range(3))
+    var = relax.const(rng.uniform(0.5, 1.5, 13).astype("float32"))
+    x = relax.Var("x", relax.TensorType((1, 7, 11, 11), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.divide(gamma, relax.op.sqrt(relax.op.add(var, relax.const(1e-5, "float32")))))
+            ws = bb.emit(relax.op.multiply(w, relax.op.reshape(s, (13, 1, 1, 1))))
+            shift = bb.emit(relax.op.subtract(beta, relax.op.multiply(mean, s)))
+            wt = bb.emit(relax.op.permute_dims(ws, [1, 0, 2, 3]))
+            wt = bb.emit(relax.op.permute_dims(wt, [1, 0, 2, 3]))
+            y = bb.emit(relax.op.nn.conv2d(x, wt, padding=1))
+            y = bb.emit(relax.op.add(y, relax.op.reshape(shift, (1, 13, 1, 1))))
+            cum = bb.emit(relax.op.exp(shift))  # not a NumPy op: legalized, compiled in one batch
+            out = bb.emit_output(relax.Tuple([y, cum]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _constants(mod) -> list:
+    out = []
+
+    def visit(e):
+        if isinstance(e, tvm.ir.expr.Constant) and hasattr(e.value, "numpy"):
+            out.append(e.value.numpy())
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return out
+
+
+def test_folder_equals_stock_fold_constant_bit_for_bit():
+    mod = _bn_module()
+    ours, stock = FoldConstants()(mod), relax.transform.FoldConstant()(mod)
+    a, b = _constants(ours), _constants(stock)
+    assert len(a) == len(b) and len(a) >= 3
+    for x, y in zip(a, b):
+        assert x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    # nothing foldable is left for stock FoldConstant
+    calls = []
+    relax.analysis.post_order_visit(ours["main"], lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
+    assert [str(c.op) for c in calls if all(isinstance(a, tvm.ir.expr.Constant) for a in c.args
+                                            if isinstance(a.ty, relax.TensorType))
+            and any(isinstance(a.ty, relax.TensorType) for a in c.args)] == []
+
+
+def test_folder_leaves_non_constant_work_alone():
+    x = relax.Var("x", relax.TensorType((3, 5), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.add(relax.const(np.ones((3, 5), "float32")), relax.const(np.float32(2))))
+            out = bb.emit_output(relax.op.multiply(x, c))
+        bb.emit_func_output(out)
+    mod = FoldConstants()(bb.get())
+    ex = tvm.compile(mod, TARGET)
+    xv = np.arange(15, dtype="float32").reshape(3, 5)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
+    np.testing.assert_array_equal(got, xv * 3)

@@ -1,0 +1,225 @@
+"""No model the frontend imports may crash ``ext.build``.
+
+Covers the graphs that used to crash fusion or lowering (an intermediate used
+outside its group, a residual that depends on the anchor, GPT-2's gelu_new),
+the library-dispatched ops (sort, topk, cumsum), the last line of defence in
+``LowerToCandidates`` (an exception in one composite becomes a ``failed`` row
+and stock lowering) and the ``stock`` report rows for ops no ext kernel took.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import ext
+from ext.relax_passes import FuseEpilogues
+from ext.relax_passes import fuse_epilogue
+from ext.relax_passes.families import FAMILIES
+from ext.testing import assert_close, run_relax
+
+torch = pytest.importorskip("torch")
+
+from ext.frontend import from_torch  # noqa: E402
+
+# float32 kernels sum in another order than PyTorch: 1e-4 of the largest output magnitude
+REL = 1e-4
+
+
+def assert_matches(got, ref, what: str):
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    assert_close(got, ref, rtol=REL, atol=REL * scale, what=what)
+
+
+def check_torch(model: torch.nn.Module, x: torch.Tensor, what: str):
+    model.eval()
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got = run_relax(ext.build(from_torch(model, (x,)), ext.target.cpu()), x.numpy())
+    assert_matches(got, ref, what)
+    return ext.last_report()
+
+
+class Residual(torch.nn.Module):
+    """``y = conv_a(x); y + conv_b(y)``: the residual operand depends on conv_a itself."""
+
+    def __init__(self, bias: bool):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 3, 3, padding=1, bias=bias)
+        self.b = torch.nn.Conv2d(3, 3, 3, padding=1, bias=bias)
+
+    def forward(self, x):
+        y = self.a(x)
+        return y + self.b(y)
+
+
+class GeluNew(torch.nn.Module):
+    """GPT-2's gelu_new core: the linear's output is used by the pow and by the add."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(13, 13)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y + 0.044715 * torch.pow(y, 3)
+
+
+def test_conv_silu_as_x_times_sigmoid():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.SiLU())
+    rep = check_torch(model, torch.randn(1, 3, 7, 5), "conv2d + silu")
+    (conv,) = rep.find("conv2d")
+    assert conv.workload.activation is None  # the sigmoid stays out: its input is also used by the multiply
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_that_depends_on_the_anchor(bias):
+    torch.manual_seed(1)
+    rep = check_torch(Residual(bias), torch.randn(1, 3, 7, 5), f"residual conv, bias={bias}")
+    assert rep.uses[rep.find("conv2d")[0].workload.key] == 2
+
+
+def test_gelu_new_linear():
+    torch.manual_seed(2)
+    check_torch(GeluNew(), torch.randn(5, 13), "linear + gelu_new core")
+
+
+def test_residual_dependency_is_rejected_without_the_leak_check(monkeypatch):
+    """The dependency check on its own keeps FuseOpsByPattern from a cyclic group."""
+    torch.manual_seed(3)
+    mod = from_torch(Residual(bias=False).eval(), (torch.randn(1, 3, 7, 5),))
+    monkeypatch.setattr(fuse_epilogue, "_leaks", lambda ctx: False)
+    after = FuseEpilogues()(mod)
+    names = {str(f.attrs["Composite"]) for _, f in after.functions_items() if f.attrs and "Composite" in f.attrs}
+    assert names == {"ext.conv2d"}  # both convs bare (one shared function), the add outside
+    assert after["main"].script().count("fused_relax_nn_conv2d(") == 2 and "R.add" in after["main"].script()
+
+
+# -- library dispatch: sort, topk, cumsum ---------------------------------------------------
+
+def one_op_module(fn, shape=(5, 7), dtype="float32") -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(fn(x))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+DISPATCHED = {
+    "sort": lambda x: relax.op.sort(x, axis=0, descending=True),
+    "topk": lambda x: relax.op.topk(x, 3, axis=-1),
+    "cumsum": lambda x: relax.op.cumsum(x, axis=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISPATCHED))
+def test_library_dispatched_op_matches_stock(name):
+    mod = one_op_module(DISPATCHED[name])
+    x = np.random.default_rng(4).standard_normal((5, 7)).astype("float32")
+    got = run_relax(ext.build(mod, ext.target.cpu()), x)
+    want = run_relax(tvm.compile(mod, tvm.target.Target({"kind": "llvm"})), x)
+    for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list) else [want]):
+        assert_matches(g, w, name)
+    (row,) = ext.last_report().find_stock(f"relax.{name}")
+    assert "library dispatch" in row.reason
+
+
+def test_library_dispatched_op_builds_for_cuda_without_gpu():
+    ext.build(one_op_module(DISPATCHED["topk"]), ext.target.cuda("sm_90"))
+
+
+# -- last line of defence ------------------------------------------------------------------
+
+def dense_bias_relu() -> tvm.IRModule:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((5, 7), "float32"))
+    w = relax.Var("w", relax.TensorType((7, 11), "float32"))
+    b = relax.Var("b", relax.TensorType((11,), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(relax.op.add(relax.op.matmul(x, w), b)))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_exception_in_one_composite_goes_to_stock_lowering(monkeypatch, tmp_path):
+    def boom(comp):
+        raise RuntimeError("injected failure in extract")
+
+    monkeypatch.setitem(FAMILIES, "matmul", dataclasses.replace(FAMILIES["matmul"], extract=boom))
+    rng = np.random.default_rng(5)
+    x, w, b = (rng.standard_normal(s).astype("float32") for s in [(5, 7), (7, 11), (11,)])
+    got = run_relax(ext.build(dense_bias_relu(), ext.target.cpu(), report=tmp_path / "r.json"), x, w, b)
+    assert_matches(got, np.maximum(x @ w + b, 0), "matmul after an injected failure")
+    rep = ext.last_report()
+    (failed,) = [d for d in rep.decisions if d.source == "failed"]
+    assert failed.candidate is None and "RuntimeError" in failed.reason and "injected failure" in failed.reason
+    assert "ext.matmul_bias_relu" in failed.reason
+    assert all("failed" in r.reason for r in rep.find_stock("relax.matmul"))
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [d["source"] for d in data["decisions"]] == ["failed"]
+    assert "failed" in rep.table()
+
+
+def test_exception_after_the_kernel_is_emitted(monkeypatch):
+    """A failure after the kernel call was emitted leaves no half-lowered composite behind."""
+    fam = FAMILIES["reduce"]
+
+    def extract(comp):
+        wl, args, _post = fam.extract(comp)
+
+        def post(y):
+            raise ValueError("injected failure in post")
+
+        return wl, args, post
+
+    monkeypatch.setitem(FAMILIES, "reduce", dataclasses.replace(fam, extract=extract))
+    mod = one_op_module(lambda x: relax.op.sum(x, axis=[1]), shape=(3, 5, 7))
+    x = np.random.default_rng(6).standard_normal((3, 5, 7)).astype("float32")
+    assert_matches(run_relax(ext.build(mod, ext.target.cpu()), x), x.sum(axis=1), "sum after a failed post")
+    rep = ext.last_report()
+    assert [d.source for d in rep.decisions] == ["failed"] and "ValueError" in rep.decisions[0].reason
+
+
+# -- stock rows in the report --------------------------------------------------------------
+
+def test_stock_lowered_ops_are_reported(tmp_path):
+    def graph(x):
+        return relax.op.multiply(relax.op.max(relax.op.add(x, x), axis=[0, 2]), relax.const(3.0, "float32"))
+
+    mod = one_op_module(graph, shape=(3, 5, 7))
+    x = np.random.default_rng(7).standard_normal((3, 5, 7)).astype("float32")
+    ex = ext.build(mod, ext.target.cpu(), report=tmp_path / "r.json")
+    assert_matches(run_relax(ex, x), (x + x).max(axis=(0, 2)) * 3.0, "max over split axes")
+    rep = ext.last_report()
+    assert rep.decisions == []  # nothing for ext's selector
+    (mx,) = rep.find_stock("relax.max")
+    assert mx.source == "stock" and "over axes (0, 2)" in mx.reason and "reduce family" in mx.reason
+    assert mx.workload.shapes == ((3, 5, 7),)
+    assert {"relax.add", "relax.multiply"} <= {d.workload.op for d in rep.stock}
+    assert all(d.reason.startswith("no ext family for") for d in rep.stock)
+    text = rep.table()
+    assert "relax.max" in text and "over axes (0, 2)" in text
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["decisions"] == [] and {d["op"] for d in data["stock"]} == {"relax.add", "relax.max", "relax.multiply"}
+    assert all(d["candidate"] == "stock" and d["source"] == "stock" and d["uses"] == 1 for d in data["stock"])
+
+
+def test_ops_of_a_declined_composite_carry_the_decline_reason():
+    mod = one_op_module(lambda x: relax.op.nn.relu(relax.op.matmul(x, relax.const(np.ones((7, 3), "int32")))),
+                        dtype="int32")
+    x = np.random.default_rng(8).integers(-9, 9, (5, 7)).astype("int32")
+    np.testing.assert_array_equal(run_relax(ext.build(mod, ext.target.cpu()), x),
+                                  np.maximum(x @ np.ones((7, 3), "int32"), 0))  # integers: exact
+    rep = ext.last_report()
+    assert [d.source for d in rep.decisions] == ["fallback"]
+    rows = {d.workload.op: d.reason for d in rep.stock}
+    assert set(rows) == {"relax.matmul", "relax.nn.relu"}
+    assert all("ext.matmul_relu declined" in r for r in rows.values())
