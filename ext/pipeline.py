@@ -144,6 +144,7 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     # an apply_history_best context is state the key cannot see: such builds bypass the cache
     parts = None
     if cache and build_cache.enabled() and current_history(tgt)[0] is None:
+        build_cache.flush_if_full()
         parts = build_cache.key_parts(mod, tgt, tuning_log=tuning_log, libraries=libraries)
         hit = build_cache.load(parts)
         if hit is not None:
@@ -159,7 +160,7 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
         progress.add("codegen", time.perf_counter() - start - sum(s[1] for s in progress.stages), 0)
     rep.stages = progress.stages
     if parts is not None and not any(d.candidate is not None and d.candidate.needs_python for d in rep):
-        build_cache.store_async(parts, ex, rep)
+        build_cache.store_later(parts, ex, rep)
     return _finish(ex, rep, report)
 
 

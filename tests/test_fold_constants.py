@@ -131,3 +131,23 @@ def test_folder_leaves_non_constant_work_alone():
     xv = np.arange(15, dtype="float32").reshape(3, 5)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
     np.testing.assert_array_equal(got, xv * 3)
+
+
+def test_zero_dim_constants_fold_like_stock():
+    """0-d constants through both paths (NumPy and a compiled batch) keep their shape ()."""
+    x = relax.Var("x", relax.TensorType((), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(relax.const(np.float32(0.75))))             # legalized + compiled
+            b = bb.emit(relax.op.broadcast_to(relax.const(np.int64(3)), ()))     # NumPy
+            c = bb.emit(relax.op.astype(b, "float32"))
+            out = bb.emit_output(relax.op.add(x, relax.op.add(a, c)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    ours, stock = FoldConstants()(mod), relax.transform.FoldConstant()(mod)
+    for a, b in zip(_constants(ours), _constants(stock)):
+        assert a.shape == b.shape and a.tobytes() == b.tobytes()
+    ex = tvm.compile(ours, TARGET)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.float32(1.0))).numpy()
+    np.testing.assert_allclose(got, 1.0 + np.exp(np.float32(0.75)) + 3.0, rtol=1e-6)

@@ -33,13 +33,18 @@ _Const = tvm.ir.expr.Constant
 _FLOATS = ("float16", "float32", "float64")
 
 
+def _contiguous(x: np.ndarray) -> np.ndarray:
+    """C-contiguous ``x`` of the same shape (``np.ascontiguousarray`` turns 0-d into 1-d)."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
+
+
 def _reshape(call, x):
     return x.reshape(_out_shape(call))
 
 
 def _permute(call, x):
     axes = call.attrs.axes
-    return np.ascontiguousarray(np.transpose(x, None if axes is None else [int(a) for a in axes]))
+    return _contiguous(np.transpose(x, None if axes is None else [int(a) for a in axes]))
 
 
 def _binary(fn):
@@ -66,7 +71,7 @@ _NUMPY = {
     "relax.sqrt": _unary(np.sqrt), "relax.negative": _unary(np.negative),
     "relax.reshape": _reshape, "relax.expand_dims": _reshape, "relax.squeeze": _reshape,
     "relax.flatten": _reshape, "relax.permute_dims": _permute, "relax.astype": _astype,
-    "relax.broadcast_to": lambda call, x: np.ascontiguousarray(np.broadcast_to(x, _out_shape(call))),
+    "relax.broadcast_to": lambda call, x: _contiguous(np.broadcast_to(x, _out_shape(call))),
 }
 
 
@@ -206,7 +211,7 @@ class _Folder:
                 continue
             rt, symbol = built[key]
             out = tvm.runtime.empty(tuple(int(d) for d in ty.shape), str(ty.dtype), tvm.cpu())
-            rt[symbol](*[tvm.runtime.tensor(np.ascontiguousarray(i)) for i in inputs], out)
+            rt[symbol](*[tvm.runtime.tensor(_contiguous(i)) for i in inputs], out)
             self.consts[var] = out.numpy()
 
 
