@@ -3,9 +3,14 @@
 ``interleaved`` times several contenders in alternating short bursts, many
 rounds, so that noise from other work on a shared 2-core machine hits them
 alike; it reports each one's median and the per-round ratio to a reference.
+``bench_threads``, ``output_errors`` and ``onnxruntime_session`` are shared by the
+model-comparison scripts (compare_stock.py, zoo.py), so every contender runs on the
+same thread count and errors are measured the same way.
 """
 from __future__ import annotations
 
+import io
+import os
 import statistics
 import time
 from typing import Callable
@@ -54,3 +59,46 @@ def interleaved(contenders: dict[str, Callable[[], object]], reference: str, rou
 
 def gflops(flops: float, seconds: float) -> float:
     return flops / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def bench_threads() -> int:
+    """The thread count every contender uses: ``TVM_NUM_THREADS`` (``import ext`` sets it), also
+    applied to PyTorch's intra-op pool."""
+    import torch
+
+    threads = int(os.environ["TVM_NUM_THREADS"])
+    torch.set_num_threads(threads)
+    return threads
+
+
+def output_errors(got, ref) -> dict:
+    """Max abs error and max abs error relative to the largest magnitude of ``ref`` (float64)."""
+    import numpy as np
+
+    diff = np.abs(np.asarray(got, "float64") - np.asarray(ref, "float64"))
+    return {"max_abs": float(diff.max()), "max_rel": float(diff.max() / max(np.abs(ref).max(), 1e-30))}
+
+
+def onnxruntime_session(model, inputs: tuple, threads: int, input_names: list[str] | None = None):
+    """Export ``model`` to ONNX (TorchScript exporter, opset 17) and open an onnxruntime CPU session.
+
+    Returns ``(run, seconds)``: ``run()`` runs the session on ``inputs`` and returns the first
+    output as NumPy; ``seconds`` is the session creation time. ``input_names`` defaults to
+    ``["x"]`` for one input and ``["x0", "x1", ...]`` otherwise.
+    """
+    import onnxruntime as ort
+    import torch
+
+    names = input_names or (["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))])
+    if len(names) != len(inputs):
+        raise ValueError(f"{len(names)} input names for {len(inputs)} inputs")
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(inputs), buf, opset_version=17, input_names=names, dynamo=False)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+    seconds = time.perf_counter() - t0
+    feed = {n: t.numpy() for n, t in zip(names, inputs)}
+    return (lambda: sess.run(None, feed)[0]), seconds

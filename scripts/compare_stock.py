@@ -16,7 +16,6 @@ slow state lasting seconds in which ext's memory-heavy kernels run up to 2x slow
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -25,11 +24,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import ext  # noqa: E402  (first: sets TVM_NUM_THREADS)
-import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from ext.bench import interleaved  # noqa: E402
+from ext.bench import bench_threads, interleaved, onnxruntime_session  # noqa: E402
+from ext.bench import output_errors as errors  # noqa: E402
 from ext.frontend import from_torch  # noqa: E402
 from ext.models import TORCH_MODELS, torch_model  # noqa: E402
 
@@ -39,11 +38,6 @@ SLOW_S = 1.0
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def errors(got: np.ndarray, ref: np.ndarray) -> dict:
-    diff = np.abs(got.astype("float64") - ref.astype("float64"))
-    return {"max_abs": float(diff.max()), "max_rel": float(diff.max() / max(np.abs(ref).max(), 1e-30))}
 
 
 def time_once_or_burst(fn) -> float:
@@ -64,7 +58,6 @@ def build_tvm(name, builder):
 
 
 def run_model(name, args, threads):
-    import onnxruntime as ort
     import torch
 
     model, inputs = torch_model(name, batch=args.batch)
@@ -107,14 +100,9 @@ def run_model(name, args, threads):
     with torch.no_grad():
         fns["PyTorch"] = lambda: model(*inputs)
     rows["PyTorch"] = {"compile_s": 0.0, "max_abs": 0.0, "max_rel": 0.0}
-    buf = io.BytesIO()
-    torch.onnx.export(model, inputs, buf, opset_version=17, input_names=["x"], dynamo=False)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    t0 = time.perf_counter()
-    sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
-    rows["onnxruntime"] = {"compile_s": time.perf_counter() - t0, **errors(sess.run(None, {"x": x})[0], ref)}
-    fns["onnxruntime"] = lambda: sess.run(None, {"x": x})
+    ort_run, ort_s = onnxruntime_session(model, inputs, threads)
+    rows["onnxruntime"] = {"compile_s": ort_s, **errors(ort_run(), ref)}
+    fns["onnxruntime"] = ort_run
 
     log(f"{name}: timing {', '.join(fns)} interleaved ({args.rounds} rounds)")
     with torch.no_grad():
@@ -197,10 +185,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
 
-    import torch
-
-    threads = int(os.environ["TVM_NUM_THREADS"])
-    torch.set_num_threads(threads)
+    threads = bench_threads()
     log(f"target: {ext.target.describe(ext.target.cpu())}; PyTorch, onnxruntime and TVM all use {threads} threads")
     results = [run_model(name, args, threads) for name in args.models]
     print_table(results)

@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Build every model of the zoo (ext/models/zoo.py) with ext and compare it with PyTorch and onnxruntime.
+
+Why: a broad set of real architectures shows which ops and patterns ext does not yet
+handle (import, build or accuracy failures) and where its speed stands against
+onnxruntime, model by model.
+
+Each model runs in its own subprocess with a time limit (``--timeout``), so a stuck or
+crashing build is one row with its error, not the end of the run. In the subprocess: import
+through torch.export (``ext.frontend.from_torch``), ``ext.build`` for the host CPU, check the
+output against PyTorch (max abs error relative to PyTorch's largest magnitude; tolerance
+1e-4), then time ext, PyTorch eager and onnxruntime interleaved (``ext.bench.interleaved``,
+all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ext/ORT
+(median over rounds of the per-round ratio).
+
+    python scripts/zoo.py --quick --rounds 0              # small configs, correctness only
+    python scripts/zoo.py --models resnet50 bert_base --rounds 9 --json zoo.json --plot zoo.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+#: max abs error relative to the largest magnitude of PyTorch's output
+TOLERANCE = 1e-4
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- one model (subprocess)
+
+
+def run_one(name: str, quick: bool, rounds: int) -> dict:
+    """Import, build, check and time one model; errors become the row's ``error`` with its stage."""
+    # build s is a compile time, not a cache hit; ext's async cache store also raced the VM (crashes)
+    os.environ.setdefault("EXT_CACHE", "0")
+    import ext  # first: sets TVM_NUM_THREADS
+    import torch
+    import tvm
+    from tvm import relax
+
+    from ext.bench import bench_threads, interleaved, onnxruntime_session, output_errors
+    from ext.frontend import from_torch
+    from ext.models.zoo import zoo_model
+
+    threads = bench_threads()
+    row: dict = {"model": name, "quick": quick, "threads": threads}
+    stage = "construct"
+    try:
+        model, inputs = zoo_model(name, quick=quick)
+        row["params"] = sum(p.numel() for p in model.parameters())
+        with torch.no_grad():
+            ref = model(*inputs).numpy()
+        stage = "import"
+        t0 = time.perf_counter()
+        mod = from_torch(model, inputs)
+        row["import_s"] = time.perf_counter() - t0
+        stage = "build"
+        t0 = time.perf_counter()
+        ex = ext.build(mod, ext.target.cpu())
+        row["build_s"] = time.perf_counter() - t0
+        stage = "run"
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        args = [tvm.runtime.tensor(x.numpy(), tvm.cpu()) for x in inputs]
+        got = vm["main"](*args).numpy()
+        if got.shape != ref.shape:
+            raise ValueError(f"ext output shape {got.shape} != PyTorch's {ref.shape}")
+        row.update(output_errors(got, ref))
+        row["ok"] = row["max_rel"] <= TOLERANCE
+        fns = {"ext": lambda: vm["main"](*args)}
+        with torch.no_grad():
+            fns["PyTorch"] = lambda: model(*inputs)
+        stage = "onnxruntime"
+        try:
+            ort_run, _ = onnxruntime_session(model, inputs, threads)
+            row["ort_max_rel"] = output_errors(ort_run(), ref)["max_rel"]
+            fns["onnxruntime"] = ort_run
+        except Exception as err:  # ext's row stays valid without the ORT column
+            row["ort_error"] = _one_line(err)
+        if rounds > 0:
+            stage = "timing"
+            reference = "onnxruntime" if "onnxruntime" in fns else "PyTorch"
+            with torch.no_grad():
+                res = interleaved(fns, reference, rounds=rounds, min_seconds=0.2)
+            for label, r in res.items():
+                row[f"{label}_ms"], row[f"{label}_best_ms"] = r["median_s"] * 1e3, r["best_s"] * 1e3
+            if reference == "onnxruntime":
+                row["ext_vs_ort"] = res["ext"]["ratio"]
+    except Exception as err:
+        row["error"] = f"{stage}: {_one_line(err)}"
+    return row
+
+
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    text = f"{type(err).__name__}: {lines[-1] if lines else ''}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run_isolated(name: str, args) -> dict:
+    """``run_one`` in a subprocess in its own process group, killed after ``args.timeout`` seconds."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--worker-out", out.name,
+               "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return {"model": name, "error": f"timeout: no result after {args.timeout:.0f} s"}
+        text = out.read()
+    if text:
+        return json.loads(text)
+    tail = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["(no output)"]
+    how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+    return {"model": name, "error": f"crashed ({how}): {tail[0][:300]}"}
+
+
+def _fmt(row: dict, key: str, spec: str) -> str:
+    return format(row[key], spec) if key in row else "-"
+
+
+def _params(n) -> str:
+    return "-" if n is None else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| model | params | build s | ext ms | PyTorch ms | ORT ms | ext/ORT | err |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        err = _fmt(r, "max_rel", ".1e") + ("" if r.get("ok", True) else " (> tol)")
+        print(f"| {r['model']} | {_params(r.get('params'))} | {_fmt(r, 'build_s', '.1f')} | {_fmt(r, 'ext_ms', '.2f')} "
+              f"| {_fmt(r, 'PyTorch_ms', '.2f')} | {_fmt(r, 'onnxruntime_ms', '.2f')} | {_fmt(r, 'ext_vs_ort', '.2f')} "
+              f"| {err} |")
+    problems = [r for r in rows if "error" in r or "ort_error" in r or not r.get("ok", True)]
+    if problems:
+        print("\nproblems:")
+        for r in problems:
+            what = r.get("error") or r.get("ort_error") or f"max rel error {r['max_rel']:.1e} > {TOLERANCE:g}"
+            print(f"  {r['model']}: {what}")
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summary(rows: list[dict]) -> str:
+    ratios = [r["ext_vs_ort"] for r in rows if "ext_vs_ort" in r]
+    ok = sum(1 for r in rows if r.get("ok"))
+    line = f"{ok}/{len(rows)} models built and matched PyTorch within {TOLERANCE:g}"
+    if ratios:
+        line += f"; geomean ext/ORT over {len(ratios)} models: {geomean(ratios):.2f}x"
+    return line
+
+
+def plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not installed: no chart (pip install -e .[plot])")
+        return
+    timed = [r for r in rows if "ext_vs_ort" in r]
+    if not timed:
+        log("no model was timed against onnxruntime: no chart")
+        return
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(timed) + 1.5))
+    ax.barh([r["model"] for r in timed], [r["ext_vs_ort"] for r in timed])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("ext time / onnxruntime time (median per-round ratio; < 1: ext faster)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path)
+    log(f"wrote {path}")
+
+
+def main(argv=None) -> int:
+    from ext.models.zoo import ZOO
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(ZOO), metavar="NAME",
+                    help=f"zoo models (default: all): {', '.join(ZOO)}")
+    ap.add_argument("--quick", action="store_true", help="small configs (the test suite's)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (0: correctness only)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model before it is killed")
+    ap.add_argument("--json", help="write the rows to this JSON file")
+    ap.add_argument("--plot", help="write a chart of ext/ORT per model to this PNG")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    unknown = [m for m in args.models if m not in ZOO]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")
+    if args.rounds < 0 or args.timeout <= 0:
+        ap.error("--rounds must be >= 0 and --timeout > 0")
+
+    if args.worker:
+        row = run_one(args.worker, args.quick, args.rounds)
+        with open(args.worker_out, "w") as f:
+            json.dump(row, f)
+        return 0
+
+    import ext  # sets TVM_NUM_THREADS, which the workers inherit
+
+    log(f"target: {ext.target.describe(ext.target.cpu())}; ext, PyTorch and onnxruntime on "
+        f"{os.environ['TVM_NUM_THREADS']} threads; {'quick' if args.quick else 'full-size'} configs")
+    rows = []
+    for name in args.models:
+        log(f"{name}: running (limit {args.timeout:.0f} s)")
+        row = run_isolated(name, args)
+        status = row.get("error") or (f"err {row['max_rel']:.1e}" + ("" if row.get("ok") else " > tolerance"))
+        log(f"{name}: {status}")
+        rows.append(row)
+    print_table(rows)
+    print(f"\n{summary(rows)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"quick": args.quick, "rounds": args.rounds, "threads": int(os.environ["TVM_NUM_THREADS"]),
+                       "tolerance": TOLERANCE, "rows": rows}, f, indent=1)
+        log(f"wrote {args.json}")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
