@@ -86,6 +86,8 @@ def _wrapper_class():
                 out = self.model(*inputs, attention_mask=torch.ones_like(inputs[0]))
             else:
                 out = self.model(*inputs)
+            if isinstance(out, torch.Tensor):  # the plain-PyTorch models of ext.models.cnn
+                return out
             return out[0] if isinstance(out, tuple) else getattr(out, self.field)
 
     return SingleOutput
@@ -183,6 +185,47 @@ def _resnet18(quick, gen):
 @_register("resnet50", "vision", "ResNet-50 (bottleneck blocks), 224x224")
 def _resnet50(quick, gen):
     return _resnet(quick, gen, basic=False)
+
+
+def _plain(builder, quick: bool, gen, quick_kw: dict, res: int = 224, quick_res: int = 64):
+    """A model of ``ext.models.cnn`` (plain PyTorch, not transformers)."""
+    model = builder(**(dict(quick_kw, num_classes=10) if quick else {}))
+    return model, _image(gen, quick_res if quick else res), ""
+
+
+@_register("densenet121", "vision", "DenseNet-121 (concatenating dense blocks), 224x224")
+def _densenet121(quick, gen):
+    from .cnn import densenet121
+
+    return _plain(densenet121, quick, gen, {"width": 0.25, "blocks": (2, 2, 2, 2)}, quick_res=32)
+
+
+@_register("googlenet", "vision", "GoogLeNet / Inception v1 (BN variant), 224x224")
+def _googlenet(quick, gen):
+    from .cnn import googlenet
+
+    return _plain(googlenet, quick, gen, {"width": 0.125})
+
+
+@_register("squeezenet1_1", "vision", "SqueezeNet 1.1 (fire modules), 224x224")
+def _squeezenet(quick, gen):
+    from .cnn import squeezenet11
+
+    return _plain(squeezenet11, quick, gen, {"width": 0.25})
+
+
+@_register("shufflenet_v2", "vision", "ShuffleNetV2 x1.0 (channel split and shuffle), 224x224")
+def _shufflenet(quick, gen):
+    from .cnn import shufflenet_v2
+
+    return _plain(shufflenet_v2, quick, gen, {"width": 0.25, "repeats": (1, 2, 1)})
+
+
+@_register("mobilenet_v3_small", "vision", "MobileNetV3-small (hardswish, SE with hardsigmoid), 224x224")
+def _mobilenet_v3_small(quick, gen):
+    from .cnn import mobilenet_v3_small
+
+    return _plain(mobilenet_v3_small, quick, gen, {"width": 0.25})
 
 
 @_register("mobilenet_v1", "vision", "MobileNetV1 1.0, 224x224")
