@@ -1,7 +1,7 @@
 """FLOP counts per op family (multiply-add counts 2); used for GFLOPS and task weights."""
 from __future__ import annotations
 
-from .workload import Workload, numel
+from .workload import Workload, conv_dims, numel
 
 
 def _matmul(wl: Workload) -> float:
@@ -23,11 +23,9 @@ def _broadcast(x, y):
 
 def _conv2d(wl: Workload) -> float:
     out = wl.attr("out_shape")
-    w = wl.shapes[1]
-    groups = wl.attr("groups", 1)
-    cin_per_group = wl.shapes[0][1] // groups if wl.attr("data_layout", "NCHW") == "NCHW" else wl.shapes[0][-1] // groups
-    kh, kw = (w[2], w[3]) if wl.attr("kernel_layout", "OIHW") == "OIHW" else (w[1], w[2])
-    return 2.0 * numel(out) * cin_per_group * kh * kw if out else 0.0
+    d = conv_dims(wl)
+    cin_per_group = d["C"] // wl.attr("groups", 1)
+    return 2.0 * numel(out) * cin_per_group * d["KH"] * d["KW"] if out else 0.0
 
 
 _FORMULAS = {"matmul": _matmul, "conv2d": _conv2d}

@@ -33,17 +33,13 @@ from .relax_passes.inplace import UseInplaceCalls
 from .progress import BuildProgress, stage
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
-from .target import describe, normalize
+from .target import describe, normalize, target_kind
 
 _LAST: dict = {"report": None}
 
 
 def _backend(target):
-    if target.kind.name == "cuda":
-        from tvm.relax.backend.cuda import pipeline as backend
-    else:
-        from tvm.relax.backend.cpu_generic import pipeline as backend
-    return backend
+    return target_kind(target).backend_module()
 
 
 def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = None, libraries: bool | str = True,
@@ -81,7 +77,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
             hist = LibraryTimings(tgt, inner=hist)
         selector = Selector(tgt, history=hist, model=mdl, libraries=bool(libraries))
         backend = _backend(tgt)
-        cpu_target = tgt.kind.name == "llvm"
+        cpu_target = target_kind(tgt).cpu
         with tgt:
             seq = tvm.transform.Sequential([
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), LayoutPolicy(tgt), rp.FuseEpilogues()]),

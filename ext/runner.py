@@ -17,6 +17,7 @@ import tvm
 from tvm.target import Target
 
 from .strategies.registry import Candidate, PackedCall
+from .target import target_kind
 from .tir_schedules.common import param_shape
 from .workload import Workload
 
@@ -40,7 +41,7 @@ class CompiledCandidate:
         self.transforms = {i: tvm.compile(f.with_attr("global_symbol", "transform"), target=target)
                            for i, f in funcs.items()}
         self.transform_shapes = {i: param_shape(f, -1) for i, f in funcs.items()}
-        self.dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda(0)
+        self.dev = target_kind(target).device(0)
 
     def prepare(self, inputs) -> list:
         """NumPy inputs -> device tensors in the kernel's layout (transforms applied)."""

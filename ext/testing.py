@@ -22,8 +22,7 @@ def own_candidates(wl, target) -> list:
     """ext's own kernels (library calls left out) for ``wl``'s op on ``target`` that apply to ``wl``."""
     from .strategies import REGISTRY
 
-    kind = target.kind.name
-    return [c for c in REGISTRY.for_op(wl.op, kind) if not c.library and c.applies(wl, target)]
+    return [c for c in REGISTRY.for_op(wl.op, target) if not c.library and c.applies(wl, target)]
 
 
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="needs an NVIDIA GPU")
@@ -43,7 +42,9 @@ def run_relax(ex, *inputs, target_kind: str = "llvm"):
     import tvm
     from tvm import relax
 
-    dev = tvm.cpu() if target_kind == "llvm" else tvm.cuda(0)
+    from .target import get_target_kind
+
+    dev = get_target_kind(target_kind).device(0)
     vm = relax.VirtualMachine(ex, dev)
     out = vm["main"](*[tvm.runtime.tensor(x, dev) for x in inputs])
     return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]

@@ -136,3 +136,17 @@ def _thaw(v: Any) -> Any:
 
 def numel(shape) -> int:
     return math.prod(int(d) for d in shape)
+
+
+def conv_dims(wl: Workload) -> dict:
+    """Sizes of a conv2d workload by letter, in whatever layouts it names: ``N C H W`` of the
+    data (``data_layout``, default NCHW) and ``O I KH KW`` of the weight (``kernel_layout``,
+    default OIHW; OHWI and HWIO alike). The one place layouts are parsed."""
+    layout, klayout = str(wl.attr("data_layout", "NCHW")), str(wl.attr("kernel_layout", "OIHW"))
+    x, w = wl.shapes[0], wl.shapes[1]
+    if sorted(layout) != sorted("NCHW") or len(x) != 4:
+        raise ValueError(f"conv2d data layout {layout!r} with shape {tuple(x)}: expected a permutation of NCHW")
+    if sorted(klayout) != sorted("OIHW") or len(w) != 4:
+        raise ValueError(f"conv2d kernel layout {klayout!r} with shape {tuple(w)}: expected a permutation of OIHW")
+    d, k = dict(zip(layout, x)), dict(zip(klayout, w))
+    return {"N": d["N"], "C": d["C"], "H": d["H"], "W": d["W"], "O": k["O"], "I": k["I"], "KH": k["H"], "KW": k["W"]}

@@ -243,7 +243,7 @@ def ext_candidates(wl, target, xs, ref, quick, dry_run):
 
     arch = str(target.attrs["arch"])
     out = {}
-    for cand in REGISTRY.for_op(wl.op, "cuda"):
+    for cand in REGISTRY.for_op(wl.op, target):
         if ".cuda_" not in cand.name or not cand.applies(wl, target):
             continue
         if cand.plevel == PLEVEL.DIRECT and wl.flops > DIRECT_MAX_FLOPS and not dry_run:

@@ -49,7 +49,7 @@ def bench_shape(M, N, K, target, rounds, stock, libraries=True):
     x = np.random.default_rng(1).standard_normal((M, K)).astype("float32")
     w, b = params["w"], params["b"]
     expect = x @ w + b if gemv else np.maximum(x @ w + b, 0)
-    dev = tvm.cpu()
+    dev = ext.target.target_kind(target).device(0)
 
     t0 = time.perf_counter()
     ex = ext.build(mod, target, libraries=libraries)
@@ -66,10 +66,10 @@ def bench_shape(M, N, K, target, rounds, stock, libraries=True):
         "ext": lambda: vm["main"](xt),
     }
     wl = report.decisions[0].workload
-    for cand in REGISTRY.for_op("matmul"):
+    for cand in REGISTRY.for_op("matmul", target):
         if getattr(cand, "library", None) and not libraries:
             continue
-        if "llvm" in cand.targets and cand.applies(wl, target):
+        if cand.applies(wl, target):
             try:
                 cc = CompiledCandidate(cand, wl, cand.default_config(wl, target), target)
             except Exception as exc:  # e.g. a candidate kind the runner cannot run alone

@@ -41,7 +41,8 @@ def test_error_bound_on_resnet18_layers(cpu_target, c, size, m):
 
 
 def test_tile_choice():
-    assert [wino_tile(geom(conv_wl(1, c, s, s, c, 3))) for c, s in RESNET18_3X3] == [4, 4, 4, 2]
+    assert [wino_tile(geom(conv_wl(1, c, s, s, c, 3)), 16) for c, s in RESNET18_3X3] == [4, 4, 4, 2]
+    assert [wino_tile(geom(conv_wl(1, c, s, s, c, 3)), 8) for c, s in RESNET18_3X3] == [4, 4, 4, 2]  # AVX2
 
 
 @pytest.mark.parametrize("kw,why", [(dict(stride=2), "stride"), (dict(dil=2), "dilation"),

@@ -28,7 +28,8 @@ def test_matmul_transposed_bias_gelu_residual_becomes_one_composite():
         @R.function(private=True)
         def fused(w: R.Tensor((32, 16), "float32"), x: R.Tensor((8, 16), "float32"), b: R.Tensor((32,), "float32"),
                   r: R.Tensor((8, 32), "float32")) -> R.Tensor((8, 32), "float32"):
-            R.func_attr({"Composite": "ext.matmul_bias_gelu_residual", "Primitive": True})
+            R.func_attr({"Composite": "ext.matmul_bias_gelu_residual", "Primitive": True, "ext.family": "matmul",
+                         "ext.epilogue": ["bias", "gelu", "residual"]})
             with R.dataflow():
                 wt = R.permute_dims(w, axes=[1, 0])
                 y = R.matmul(x, wt, out_dtype=None)

@@ -6,6 +6,7 @@ import pytest
 
 from ext.runner import CompiledCandidate, random_inputs
 from ext.strategies import REGISTRY
+from ext.target import cpu_info
 from ext.workload import Workload
 
 from ext.testing import assert_close
@@ -109,5 +110,6 @@ def test_default_config_depends_on_shape(cpu_target):
     packed = REGISTRY.get("matmul.packed")
     wide = packed.default_config(matmul_wl(1024, 1024, 1024), cpu_target)
     narrow = packed.default_config(matmul_wl(1024, 48, 1024), cpu_target)
-    assert wide.nb == 64 and wide.parallel == "panels"
+    lanes = cpu_info(cpu_target).lanes_f32
+    assert wide.nb == 4 * lanes and wide.parallel == "panels"  # 4 vectors: 64 with AVX-512, 32 with AVX2
     assert narrow.nb == 48 and narrow.parallel == "tiles"  # one panel: split row tiles across threads

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 from conv2d_helpers import conv_ref_nchw, conv_wl
+from test_elemwise import REF
 from tvm import relax
 
 import ext
@@ -23,24 +24,11 @@ from ext.strategies import REGISTRY
 from ext.testing import own_candidates, run_relax
 from ext.workload import Workload
 
-try:
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy ships with the test env
-    _erf = np.vectorize(math.erf)
-
 NAN, INF = np.nan, np.inf
 
 # float64 NumPy formulas: their limits at +-inf are PyTorch's too (silu(-inf) = gelu(-inf) = NaN),
 # except gelu(+inf), where torch's erf form gives NaN and NumPy (and torch's tanh form) inf
-ACT = {
-    "relu": lambda x: np.maximum(x, 0),
-    "exp": np.exp,
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "tanh": np.tanh,
-    "silu": lambda x: x / (1 + np.exp(-x)),
-    "gelu": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
-}
+ACT = {"relu": lambda x: np.maximum(x, 0), **REF}
 RELAX = {"relu": relax.op.nn.relu, "exp": relax.op.exp, "sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh,
          "silu": relax.op.nn.silu, "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh}
 EPILOGUE_ACTS = ["relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh"]  # ext.workload.ACTIVATIONS

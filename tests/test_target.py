@@ -83,3 +83,20 @@ def test_frontend_is_available_after_import_ext():
     code = "import ext; print(callable(ext.frontend.from_torch), callable(ext.frontend.from_onnx))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "True"], out.stderr
+
+
+@pytest.mark.parametrize("mcpu, regs, acc, lanes", [("skylake-avx512", 32, 28, 16), ("haswell", 16, 12, 8)])
+def test_register_budget_comes_from_the_isa(mcpu, regs, acc, lanes):
+    info = cpu_info(normalize({"kind": "llvm", "mcpu": mcpu, "num-cores": 3}))
+    assert (info.vector_registers, info.accumulators, info.lanes_f32, info.cores) == (regs, acc, lanes, 3)
+
+
+def test_every_kind_goes_through_the_table():
+    from ext.target import get_target_kind, known_kinds, target_kind
+
+    assert known_kinds()[:2] == ("llvm", "cuda")
+    assert target_kind(ext.target.cpu()).cpu and not target_kind(ext.target.cuda("sm_90")).cpu
+    with pytest.raises(ValueError, match="unknown target kind 'npu'"):
+        get_target_kind("npu")
+    with pytest.raises(ValueError, match="already registered"):
+        ext.target.register_target_kind(get_target_kind("llvm"))

@@ -41,3 +41,24 @@ def test_bad_input_is_named():
         make(epilogue=("bias", "swish2"))
     with pytest.raises(ValueError, match="shapes but"):
         make(dtypes=("float32",))
+
+
+@pytest.mark.parametrize("data_layout, kernel_layout, x, w", [
+    ("NCHW", "OIHW", (1, 7, 11, 13), (5, 7, 3, 2)),
+    ("NHWC", "OHWI", (1, 11, 13, 7), (5, 3, 2, 7)),
+    ("NHWC", "HWIO", (1, 11, 13, 7), (3, 2, 7, 5)),  # flops.py once read HWIO's W and I as KH and KW
+])
+def test_conv_flops_read_every_kernel_layout(data_layout, kernel_layout, x, w):
+    out = (1, 5, 9, 12) if data_layout == "NCHW" else (1, 9, 12, 5)
+    wl = Workload("conv2d", [x, w], ["float32"] * 2, "float32",
+                  attrs={"data_layout": data_layout, "kernel_layout": kernel_layout, "out_shape": out, "groups": 1})
+    assert wl.flops == 2 * (5 * 9 * 12) * 7 * 3 * 2
+
+
+def test_conv_dims_rejects_unknown_layouts():
+    from ext.workload import conv_dims
+
+    wl = Workload("conv2d", [(1, 7, 11, 13), (5, 7, 3, 3)], ["float32"] * 2, "float32",
+                  attrs={"kernel_layout": "OIXY", "out_shape": (1, 5, 9, 11)})
+    with pytest.raises(ValueError, match="kernel layout 'OIXY'"):
+        conv_dims(wl)

@@ -2,7 +2,9 @@
 one composite function: ``anchor [+ bias] [-> activation] [+ residual]``.
 
 Composite names spell the chain: ``ext.matmul``, ``ext.matmul_bias_relu``,
-``ext.conv2d_bias_relu_residual``. Longer chains are tried first. A ``bias``
+``ext.conv2d_bias_relu_residual``; the family and the epilogue chain are also set on each
+composite as function attributes ``ext.family`` and ``ext.epilogue`` (later passes read those,
+never the name, so family and activation names may contain ``_``). Longer chains are tried first. A ``bias``
 add takes a tensor that varies only along the anchor's channel axis (last
 axis for matmul, given by the family's check); a ``residual`` add takes a
 tensor of the output's exact shape.
@@ -151,5 +153,20 @@ def patterns(families=None) -> list[FusionPattern]:
 
 
 def FuseEpilogues(families=None) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
-    """``FuseOpsByPattern`` over every family's anchor and epilogue chains."""
-    return relax.transform.FuseOpsByPattern(patterns(families), bind_constants=False, annotate_codegen=False)
+    """``FuseOpsByPattern`` over every family's anchor and epilogue chains, then each composite
+    gets its ``ext.family`` and ``ext.epilogue`` attributes."""
+    fams = list(families or FAMILIES.values())
+    names = {"_".join(("ext." + fam.name,) + parts): (fam.name, parts)
+             for fam in fams for parts in (epilogue_chains() if fam.chains else [()])}
+    fuse = relax.transform.FuseOpsByPattern(patterns(fams), bind_constants=False, annotate_codegen=False)
+
+    def annotate(mod, _ctx):
+        for gv, func in list(mod.functions_items()):
+            comp = func.attrs.get("Composite") if isinstance(func, relax.Function) and func.attrs else None
+            if comp is not None and str(comp) in names:
+                family, parts = names[str(comp)]
+                mod[gv] = func.with_attr("ext.family", family).with_attr("ext.epilogue", list(parts))
+        return mod
+
+    return tvm.transform.Sequential([fuse, tvm.transform.module_pass(annotate, opt_level=0, name="ext.AnnotateComposites")],
+                                    name="ext.FuseEpilogues")

@@ -23,6 +23,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
+from ..target import target_kind
 WANT = {"relax.nn.conv2d": ["NCHW", "OIHW"]}
 
 
@@ -119,7 +120,7 @@ def _needs_conversion(mod) -> bool:
 
 def LayoutPolicy(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """CPU: conv2d to NCHW/OIHW (see module doc), then cancel redundant pairs. Other targets: pairs only."""
-    cpu = target is not None and target.kind.name == "llvm"
+    cpu = target is not None and target_kind(target).cpu
 
     def transform(mod, _ctx):
         if cpu and _needs_conversion(mod):

@@ -30,7 +30,7 @@ from ..strategies.report import SelectionReport
 from ..strategies.select import Decision, Selector
 from ..tir_schedules.common import param_dtype, param_shape
 from ..workload import Workload
-from .families import FAMILIES, Composite
+from .families import FAMILIES, Composite, composite_of
 from .stock_ops import report_stock_ops
 
 
@@ -57,7 +57,7 @@ class _Lower(PyExprMutator):
             return None
         binds = _bindings(func)
         calls = [v for v in binds.values() if isinstance(v, relax.Call)]
-        return Composite(str(name), func, list(call.args), calls, binds)
+        return composite_of(func, call.args, calls, binds)  # None: not made by FuseEpilogues
 
     def _kernel(self, cand, wl, config, key_extra, build):
         key = (cand.name, wl.key, repr(config_to_dict(config)), key_extra)
@@ -87,7 +87,7 @@ class _Lower(PyExprMutator):
         self.reasons[call.op] = why
 
     def _lower(self, call, comp: Composite):
-        family = FAMILIES[comp.name.split(".", 1)[1].split("_", 1)[0]]
+        family = FAMILIES[comp.family]
         extracted = family.extract(comp)
         if extracted is None:
             self._decline(call, f"the {family.name} family cannot describe this {comp.name}")
@@ -165,7 +165,7 @@ def _failed_workload(comp: Composite) -> Workload:
     shapes = [tuple(int(d) if hasattr(d, "value") else str(d) for d in a.ty.shape) for a in tensors]
     out = comp.func.ret_ty if hasattr(comp.func, "ret_ty") else None
     out_dtype = str(out.dtype) if isinstance(out, relax.TensorType) else "unknown"
-    return Workload(comp.name.split(".", 1)[1].split("_", 1)[0], shapes, [str(a.ty.dtype) for a in tensors],
+    return Workload(comp.family, shapes, [str(a.ty.dtype) for a in tensors],
                     out_dtype, attrs={"composite": comp.name, "failed": True})
 
 

@@ -28,28 +28,17 @@ from ..topi_kernels import conv2d as cv
 from ..topi_kernels import host
 from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
-from ..workload import Workload
+from ..workload import Workload, conv_dims
 from .registry import PLEVEL, Candidate, register
+from ._util import lanes  # noqa: F401 - re-exported to the conv tables
 
 
 def geom(wl: Workload) -> cv.ConvGeom:
-    """The ``ConvGeom`` of a conv2d workload (NCHW/OIHW or NHWC/OHWI)."""
-    x, w = wl.shapes[0], wl.shapes[1]
-    if wl.attr("data_layout", "NCHW") == "NHWC":
-        n, h, wd, c = x
-    else:
-        n, c, h, wd = x
-    if wl.attr("kernel_layout", "OIHW") == "OHWI":
-        o, kh, kw, _ = w
-    else:
-        o, _, kh, kw = w
-    return cv.ConvGeom(n, c, h, wd, o, kh, kw, tuple(wl.attr("strides", (1, 1))),
+    """The ``ConvGeom`` of a conv2d workload (any layouts ``workload.conv_dims`` reads)."""
+    d = conv_dims(wl)
+    return cv.ConvGeom(d["N"], d["C"], d["H"], d["W"], d["O"], d["KH"], d["KW"], tuple(wl.attr("strides", (1, 1))),
                        tuple(wl.attr("padding", (0, 0, 0, 0))), tuple(wl.attr("dilation", (1, 1))),
                        int(wl.attr("groups", 1)))
-
-
-def lanes(target) -> int:
-    return cpu_info(target).lanes_f32
 
 
 def placeholders(wl: Workload, w_shape=None) -> list[te.Tensor]:
@@ -120,8 +109,8 @@ def _direct_suits(wl, target):
     if g.groups > 1 and g.groups == g.C:
         return "depthwise: conv2d.depthwise streams each channel plane"
     if not _wino_check(wl, target) and not _wino_suits(wl, target):
-        m = wino_tile(g)
-        return f"Winograd F({m}x{m},3x3) is estimated at {wino_cost_ratio(g, m):.2f}x this kernel's cost"
+        m = wino_tile(g, lanes(target))
+        return f"Winograd F({m}x{m},3x3) is estimated at {wino_cost_ratio(g, m, lanes(target)):.2f}x this kernel's cost"
     return None
 
 
@@ -140,18 +129,18 @@ def _direct_default(wl, target) -> DirectConfig:
     wide = g.OW >= 32 and g.O >= 4 * ln  # many columns: 4 x 4-vector tiles (56x56 layers)
     icb, ocb = _direct_blocks(g, ln, 4 * ln if wide else 2 * ln)
     vecs = max(1, ocb // ln)
-    reg_n = 4 if wide else pick_reg_n(g.OW, min(14, 28 // vecs))
+    reg_n = 4 if wide else pick_reg_n(g.OW, min(14, cpu_info(target).accumulators // vecs))
     return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=direct_order(g, target))
 
 
 def _direct_space(wl, target):
     g, ln = geom(wl), lanes(target)
-    out = []
+    out, acc = [], cpu_info(target).accumulators
     for want in (ln, 2 * ln, 4 * ln):
         icb, ocb = _direct_blocks(g, ln, want)
         vecs = max(1, ocb // ln)
-        for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, 28 // vecs)}):
-            if reg_n * vecs <= 28 and reg_n <= max(g.OW, 4):
+        for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, acc // vecs)}):
+            if reg_n * vecs <= acc and reg_n <= max(g.OW, 4):
                 for order in ("rows", "channels"):
                     cfg = DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=order)
                     if cfg not in out:
@@ -218,27 +207,28 @@ def _wino_check(wl, target):
     return None
 
 
-def wino_tile(g) -> int:
+def wino_tile(g, lanes: int) -> int:
     """F(4x4,3x3) unless the output is small (its 6x6 tiles would mostly be padding) or its
-    transformed filter (36 * C * O floats) would not stay in L3; then F(2x2,3x3)."""
-    u4 = 36 * ceil_to(g.C, 16) * ceil_to(g.O, 16) * 4
+    transformed filter (36 * C * O floats, channels padded to ``lanes``) would not stay in L3;
+    then F(2x2,3x3)."""
+    u4 = 36 * ceil_to(g.C, lanes) * ceil_to(g.O, lanes) * 4
     return 2 if min(g.OH, g.OW) < 8 or u4 > WINOGRAD_U_BYTES else 4
 
 
-def wino_cost_ratio(g, m: int) -> float:
+def wino_cost_ratio(g, m: int, lanes: int) -> float:
     """Analytic Winograd / direct cost: multiply-adds of the E batched GEMMs plus the transforms
     (~8 multiply-add equivalents per transformed element, they are memory-bound) over the direct
     conv's multiply-adds (both kernels run their inner loops at a similar rate)."""
     E, (_, _, T) = (m + 2) ** 2, wg.tiles(g, m)
-    cp, op = ceil_to(g.C, 16), ceil_to(g.O, 16)
+    cp, op = ceil_to(g.C, lanes), ceil_to(g.O, lanes)
     wino = E * T * (cp * op + 8 * cp + 8 * op) + 8 * g.N * g.O * g.OH * g.OW
     return wino / (g.N * g.OH * g.OW * g.O * g.C * 9)
 
 
 def _wino_suits(wl, target):
-    g = geom(wl)
-    m = wino_tile(g)
-    ratio = wino_cost_ratio(g, m)
+    g, ln = geom(wl), lanes(target)
+    m = wino_tile(g, ln)
+    ratio = wino_cost_ratio(g, m, ln)
     if ratio > WINOGRAD_MAX_RATIO:
         return f"F({m}x{m},3x3) estimated at {ratio:.2f}x the direct kernel's cost (> {WINOGRAD_MAX_RATIO})"
     return None
@@ -254,7 +244,7 @@ def wino_parallel(g, m: int) -> str:
 
 def _wino_default(wl, target):
     g, ln = geom(wl), lanes(target)
-    m = wino_tile(g)
+    m = wino_tile(g, ln)
     return WinogradConfig(tile=m, mb=4, nb=min(64, ceil_to(g.O, ln)), parallel=wino_parallel(g, m))
 
 

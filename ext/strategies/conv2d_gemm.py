@@ -13,6 +13,7 @@ parallel copy lays the ``O x pixels`` result out as NCHW (batch 1 only).
 """
 from __future__ import annotations
 
+from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu.matmul import TileConfig, schedule_tiled
 from ..topi_kernels import conv2d as cv
@@ -74,7 +75,7 @@ def _build(name):
         sch = create_schedule([X, W2, *extras, out])
         for i in range(len(views)):
             sch.compute_inline(sch.get_sblock(f"V{i}"))
-        schedule_tiled(sch, cfg, lanes(target))
+        schedule_tiled(sch, cfg, lanes(target), threads=cpu_info(target).cores)
         b = sch.get_sblock("Bp")
         pb, k, pl = sch.get_loops(b)
         sch.parallel(sch.fuse(pb, k))

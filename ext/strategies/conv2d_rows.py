@@ -7,6 +7,7 @@ output channels (contiguous in NHWC) with ``reg_n`` output columns unrolled.
 """
 from __future__ import annotations
 
+from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish, pick_divisor
 from ..tir_schedules.cpu import conv2d as sched
 from ..tir_schedules.cpu.conv2d import RowConfig
@@ -57,18 +58,18 @@ def _nhwc_check(wl, target):
     return check_common(wl, layouts=(("NHWC", "OHWI"),))
 
 
-def _nhwc_cfg(g, ln, reg_n, ocb_want):
+def _nhwc_cfg(g, ln, reg_n, ocb_want, acc: int):
     if g.O % ln == 0:
         ocb = ln * pick_divisor(g.O // ln, ocb_want // ln)
     else:
         ocb = pick_divisor(g.O, ocb_want)
     vecs = max(1, ocb // ln)
-    return RowConfig(reg_n=pick_divisor(g.OW, min(reg_n, 28 // vecs)), ocb=ocb)
+    return RowConfig(reg_n=pick_divisor(g.OW, min(reg_n, acc // vecs)), ocb=ocb)
 
 
 def _nhwc_default(wl, target):
     g, ln = geom(wl), lanes(target)
-    return _nhwc_cfg(g, ln, 8, 2 * ln)
+    return _nhwc_cfg(g, ln, 8, 2 * ln, cpu_info(target).accumulators)
 
 
 def _nhwc_space(wl, target):
@@ -76,7 +77,7 @@ def _nhwc_space(wl, target):
     out = []
     for reg_n in (4, 7, 8, 14):
         for want in (ln, 2 * ln, 4 * ln):
-            cfg = _nhwc_cfg(g, ln, reg_n, want)
+            cfg = _nhwc_cfg(g, ln, reg_n, want, cpu_info(target).accumulators)
             if cfg not in out:
                 out.append(cfg)
     return out

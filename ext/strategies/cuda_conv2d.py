@@ -13,7 +13,6 @@ groups == 1 (grouped and depthwise convs go to the dlight fallback).
 """
 from __future__ import annotations
 
-import dataclasses
 
 from tvm import topi
 
@@ -35,12 +34,8 @@ LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "OHWI"), ("NHWC", "HWIO"))
 
 
 def geom(wl: Workload) -> cv.ConvGeom:
-    """``strategies.conv2d.geom`` plus HWIO weights (which the CPU tables do not take)."""
-    g = cpu_geom(wl)
-    if wl.attr("kernel_layout") == "HWIO":
-        kh, kw, _, o = wl.shapes[1]
-        g = dataclasses.replace(g, O=o, KH=kh, KW=kw)
-    return g
+    """``strategies.conv2d.geom`` (HWIO weights included, which the CPU tables do not take)."""
+    return cpu_geom(wl)
 
 
 def _check_common(wl: Workload, target) -> str | None:

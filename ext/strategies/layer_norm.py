@@ -19,6 +19,7 @@ from ..topi_kernels import norm
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
 from .softmax import check_rows
+from ._util import lanes as _lanes
 
 
 def _check(wl: Workload, target) -> str | None:
@@ -41,10 +42,6 @@ def _dropout_check(wl, target):
     if wl.attr("dropout") is None:
         return "no dropout after this layer_norm"
     return _check(wl, target)
-
-
-def _lanes(target) -> int:
-    return cpu_info(target).lanes_f32
 
 
 def _space(wl, target):

@@ -39,10 +39,12 @@ import dataclasses
 
 from tvm import te, tirx
 
+from ..target import target_kind
 from ..libraries import blas, torch_ops
 from ..topi_kernels import epilogue as ep
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, PackedCall, register
+from ..topi_kernels import i64 as _i64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +61,6 @@ class LibraryConfig:
 SINGLE_THREAD_FLOPS = 2 ** 27
 
 
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
-
-
 def epilogue_func(wl: Workload, anchor_shape, num_inputs: int, name: str):
     """PrimFunc ``(C, *extras, D)`` applying ``wl.epilogue`` to the library's output ``C``, or None."""
     if not wl.epilogue:
@@ -77,7 +75,7 @@ def epilogue_func(wl: Workload, anchor_shape, num_inputs: int, name: str):
 
 
 def _cores(target) -> int:
-    return int(target.attrs.get("num-cores", 1)) if target.kind.name == "llvm" else 0
+    return int(target.attrs.get("num-cores", 1)) if target_kind(target).cpu else 0
 
 
 def _space(wl, target):

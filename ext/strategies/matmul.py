@@ -20,6 +20,7 @@ from ..topi_kernels import host
 from ..topi_kernels import matmul as mm
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
+from ._util import lanes as _lanes
 
 #: below this many flops the direct kernel wins: packing and threading overheads dominate
 SMALL_FLOPS = 2 ** 21
@@ -51,10 +52,6 @@ def _check_common(wl: Workload, target, two_d: bool = True) -> str | None:
     if any(d == 0 for s in wl.shapes for d in s):
         return "zero-size dimension"
     return None
-
-
-def _lanes(target) -> int:
-    return cpu_info(target).lanes_f32
 
 
 def _b_layout(wl: Workload) -> str:
@@ -106,7 +103,7 @@ def _pick_mb(M: int, nb: int, info) -> int:
     """Rows per register tile: ``mb * nb/lanes`` accumulators + one B row + a broadcast of A
     must fit the vector registers (32 zmm with AVX-512, 16 ymm otherwise); at most 4."""
     vectors = max(1, nb // info.lanes_f32)
-    regs = 32 if info.vector_bits == 512 else 16
+    regs = info.vector_registers
     return max(1, min(4, M, (regs - vectors - 1) // vectors))
 
 
@@ -127,7 +124,7 @@ def _direct_build(wl, cfg: TileConfig, target):
     _, D = mm.matmul_tiled(A, B, M=M, N=N, K=K, b_layout=_b_layout(wl), epilogue=wl.epilogue,
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, B, *extras, D])
-    cpu_sched.schedule_tiled(sch, cfg, _lanes(target))
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), threads=cpu_info(target).cores)
     return finish(sch, "matmul.direct")
 
 
@@ -161,7 +158,7 @@ def _packed_build(wl, cfg: TileConfig, target):
     _, D = mm.matmul_tiled(A, Bp, M=M, N=N, K=K, b_layout="packed", nb=cfg.nb, epilogue=wl.epilogue,
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, Bp, *extras, D])
-    cpu_sched.schedule_tiled(sch, cfg, _lanes(target))
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), threads=cpu_info(target).cores)
     return finish(sch, "matmul.packed")
 
 
@@ -298,7 +295,7 @@ def _batch_build(wl, cfg: TileConfig, target):
     _, D = mm.batch_matmul(A, B, out_shape=out, transpose_b=False, epilogue=wl.epilogue,
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, B, *extras, D])
-    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), nbatch=len(out) - 2)
+    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), nbatch=len(out) - 2, threads=cpu_info(target).cores)
     return finish(sch, "matmul.batch")
 
 

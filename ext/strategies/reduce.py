@@ -19,6 +19,7 @@ from ..tir_schedules.cpu.reduce import InnerConfig, OuterConfig, SplitConfig
 from ..topi_kernels import reduce as red
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
+from ._util import lanes as _lanes
 
 #: a reduction at least this long over fewer rows than threads is split across threads
 LONG_ROW = 1 << 14
@@ -38,10 +39,6 @@ def _check(wl: Workload, target) -> str | None:
 
 def _dims(wl):
     return wl.shapes[0]
-
-
-def _lanes(target) -> int:
-    return cpu_info(target).lanes_f32
 
 
 def _cores(target) -> int:

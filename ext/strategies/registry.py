@@ -19,9 +19,8 @@ from typing import Any, Callable, Iterable
 
 from tvm.target import Target
 
+from ..target import get_target_kind, known_kinds, target_kind
 from ..workload import Workload
-
-KNOWN_TARGET_KINDS = ("llvm", "cuda")
 
 
 class PLEVEL:
@@ -62,7 +61,7 @@ class Candidate:
     Parameters
     ----------
     name : ``"<op>.<variant>"``, stable across registry, logs, reports and tests.
-    targets : target kinds served (``"llvm"``, ``"cuda"``).
+    targets : target kinds served (``"llvm"``, ``"cuda"``: rows of the table in ``ext.target``).
     plevel : a ``PLEVEL`` constant.
     check : ``(workload, target) -> None`` when it can run the workload, else the reason.
     config : the knob dataclass (named fields, JSON-able values).
@@ -104,9 +103,9 @@ class Candidate:
         return self.name.split(".", 1)[0]
 
     def applies(self, wl: Workload, target: Target) -> Verdict:
-        kind = target.kind.name
-        if kind not in self.targets:
-            return no(f"serves {'/'.join(self.targets)}, not {kind}")
+        kind = target_kind(target)
+        if not kind.serves(self.targets):
+            return no(f"serves {'/'.join(self.targets)}, not {kind.name}")
         if wl.op != self.op:
             return no(f"is a {self.op} kernel, not {wl.op}")
         if not wl.is_static:
@@ -254,10 +253,10 @@ class Registry:
             raise ValueError(f"candidate name {cand.name!r} must be '<op>.<variant>'")
         if cand.name in self._by_name:
             raise ValueError(f"candidate {cand.name!r} is already registered")
-        unknown = [k for k in cand.targets if k not in KNOWN_TARGET_KINDS]
+        unknown = [k for k in cand.targets if k not in known_kinds()]
         if unknown or not cand.targets:
             raise ValueError(f"candidate {cand.name!r}: unknown target kinds {unknown or cand.targets}; "
-                             f"known: {KNOWN_TARGET_KINDS}")
+                             f"known: {known_kinds()}")
         if not isinstance(cand.plevel, int):
             raise ValueError(f"candidate {cand.name!r}: plevel must be a PLEVEL constant")
         self._by_name[cand.name] = cand
@@ -275,8 +274,13 @@ class Registry:
     def __contains__(self, name: str) -> bool:
         return name in self._by_name
 
-    def for_op(self, op: str, kind: str | None = None) -> list[Candidate]:
-        return [c for c in self._by_name.values() if c.op == op and (kind is None or kind in c.targets)]
+    def for_op(self, op: str, kind: str | Target | None = None) -> list[Candidate]:
+        """Candidates of ``op`` (serving ``kind``: a kind name or a Target, whose table row may
+        also use other kinds' candidates), in registration order."""
+        if kind is None:
+            return [c for c in self._by_name.values() if c.op == op]
+        row = target_kind(kind) if isinstance(kind, Target) else get_target_kind(kind)
+        return [c for c in self._by_name.values() if c.op == op and row.serves(c.targets)]
 
     def ops(self) -> set[str]:
         return {c.op for c in self._by_name.values()}

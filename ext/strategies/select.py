@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from tvm.target import Target
 
+from ..target import target_kind
 from ..workload import Workload
 from .registry import REGISTRY, Candidate, Registry, config_to_dict
 
@@ -84,10 +85,11 @@ class Selector:
 
     def _split(self, wl: Workload, failed: dict | None = None):
         usable, alts = [], []
+        kind = target_kind(self.target)
         for cand in self.registry.for_op(wl.op):
             if cand.library is not None and not self.libraries:
                 continue  # libraries off: the report shows our own kernels only
-            if self.target.kind.name not in cand.targets:
+            if not kind.serves(cand.targets):
                 continue  # another target's kernel is no alternative here; keep reports readable
             if failed and cand.name in failed:
                 alts.append(Alternative(cand.name, "failed", failed[cand.name]))
@@ -95,7 +97,7 @@ class Selector:
             verdict = cand.applies(wl, self.target)
             if verdict:
                 usable.append(cand)
-            elif self.target.kind.name in cand.targets or cand.library is None:
+            elif kind.serves(cand.targets) or cand.library is None:
                 alts.append(Alternative(cand.name, "declined", verdict.reason))
         return usable, alts
 
@@ -104,7 +106,7 @@ class Selector:
         to the error, so the next choice skips them (reported with status ``failed``)."""
         usable, alts = self._split(wl, failed)
         if not usable:
-            why = "no candidate applies" if alts else f"no {wl.op} candidate for {self.target.kind.name}"
+            why = "no candidate applies" if alts else f"no {wl.op} candidate for {target_kind(self.target).name}"
             return Decision(wl, None, None, "fallback", alts, f"{why}: stock lowering + ext fallback schedule")
         if self.history is not None:
             rec = self.history.best(wl, self.target)

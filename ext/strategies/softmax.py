@@ -16,6 +16,7 @@ from ..tir_schedules.cpu.softmax import RowConfig
 from ..topi_kernels import softmax as sm
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
+from ._util import lanes as _lanes
 
 
 def check_rows(wl: Workload, target) -> str | None:
@@ -27,10 +28,6 @@ def check_rows(wl: Workload, target) -> str | None:
     if min(wl.shapes[0]) == 0:
         return "zero-size dimension"
     return None
-
-
-def _lanes(target) -> int:
-    return cpu_info(target).lanes_f32
 
 
 def _space(wl, target):

@@ -16,6 +16,22 @@ def finish(sch: s_tir.Schedule, name: str | None = None):
     return func.with_attr("ext.kernel", name) if name else func
 
 
+def try_step(fn, *args):
+    """``fn(*args)``, or None when TVM rejects the step (ScheduleError and friends): for
+    best-effort schedules whose result is never less correct, only sometimes not faster."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - any rejected step is skipped
+        return None
+
+
+def unscheduled(func) -> bool:
+    """A PrimFunc no candidate scheduled (no ``tirx.is_scheduled`` attribute)."""
+    from tvm import tirx
+
+    return isinstance(func, tirx.PrimFunc) and not (func.attrs and func.attrs.get("tirx.is_scheduled", False))
+
+
 def has_block(sch: s_tir.Schedule, name: str) -> bool:
     try:
         sch.get_sblock(name)

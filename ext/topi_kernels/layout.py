@@ -28,9 +28,7 @@ import math
 
 from tvm import te, tirx
 
-
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
+from . import i64 as _i64
 
 
 def batched_transpose(X: te.Tensor) -> te.Tensor:

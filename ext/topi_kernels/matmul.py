@@ -21,10 +21,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from . import epilogue as ep
-
-
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
+from . import i64 as _i64
 
 
 def ceil_to(v: int, m: int) -> int:

@@ -35,9 +35,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
+from . import i64 as _i64
 
 
 def _let(name: str, dtype: str, value, body):

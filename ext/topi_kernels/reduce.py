@@ -50,11 +50,9 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from . import i64 as _i64
+
 KINDS = ("sum", "mean", "max", "min")
-
-
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
 
 
 def identity(kind: str, dtype: str):

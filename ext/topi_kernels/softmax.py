@@ -23,10 +23,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from . import elemwise as ew
-
-
-def _i64(v):
-    return tirx.IntImm("int64", int(v))
+from . import i64 as _i64
 
 
 def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32", pad_to: int = 1) -> te.Tensor:

@@ -40,7 +40,6 @@ from ..workload import Workload
 
 KNOB_SLOTS = 32
 _OPS = ("matmul", "conv2d", "softmax", "layer_norm", "attention", "reduce", "elemwise")
-VECTOR_REGISTERS = 32  # zmm on AVX-512 (16 ymm on AVX2: cpu_info decides)
 
 
 def _log2(x) -> float:
@@ -58,13 +57,9 @@ def _dims(wl: Workload) -> tuple[int, int, int]:
 
 
 def _hw(target) -> dict:
-    from ..target import cpu_info
+    from ..target import target_kind
 
-    if target.kind.name == "llvm":
-        ci = cpu_info(target)
-        return {"lanes": ci.lanes_f32, "cores": ci.cores, "l1": ci.l1_bytes, "l2": ci.l2_bytes,
-                "regs": 32 if ci.vector_bits == 512 else 16}
-    return {"lanes": 32, "cores": 108, "l1": 228 * 1024, "l2": 40 * 2 ** 20, "regs": 255}
+    return target_kind(target).cost_features(target)
 
 
 def _derived(wl: Workload, cfg: dict, hw: dict) -> list[float]:

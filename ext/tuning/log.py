@@ -22,7 +22,7 @@ reported as malformed (with its line number) and skipped, and the next append
 starts on a fresh line. Records are never rewritten or deleted.
 
 Provenance: a record is *valid* for a target when its target fields
-(``PROVENANCE_FIELDS``), the TVM and ext versions and the candidate's version
+(the kind and its row's ``provenance_fields`` in ``ext.target``), the TVM and ext versions and the candidate's version
 match the current ones. Others are *stale*: they are counted per reason and
 reported, never used and never dropped from the file.
 
@@ -54,8 +54,6 @@ from ..workload import Workload
 
 SCHEMA = 1
 STATUSES = ("ok", "wrong", "failed", "timeout", "infra")
-#: target fields that must match for a record to be used
-PROVENANCE_FIELDS = ("kind", "mcpu", "isa", "cores", "arch")
 #: statuses a resumed run does not measure again (``infra`` is not the candidate's fault)
 FINAL_STATUSES = ("ok", "wrong", "failed", "timeout")
 #: per-line warnings (malformed or invalid lines) per read before one summary warning for the rest
@@ -68,16 +66,12 @@ class TuningLogWarning(UserWarning):
 
 def target_info(target) -> dict:
     """Provenance fields of a target (JSON-able), e.g. kind, mcpu, isa, cores, arch, threads."""
-    from ..target import cpu_info
+    from ..target import provenance_fields, target_kind
 
-    kind = target.kind.name
-    info = {"kind": kind, "mcpu": None, "isa": None, "cores": None, "arch": None,
+    kind = target_kind(target)
+    info = {"kind": kind.name, **{f: None for f in provenance_fields()},
             "threads": int(os.environ.get("TVM_NUM_THREADS", "0")) or None}
-    if kind == "llvm":
-        ci = cpu_info(target)
-        info.update(mcpu=ci.mcpu, isa=ci.isa, cores=ci.cores)
-    else:
-        info.update(arch=str(target.attrs.get("arch", "")) or None)
+    info.update(kind.provenance(target))
     return info
 
 
@@ -191,8 +185,10 @@ def stale_reason(rec: Record, target_fields: dict, vers: dict, registry=None) ->
     """Why ``rec`` does not apply (None when it is valid)."""
     from ..strategies.registry import REGISTRY
 
+    from ..target import provenance_fields
+
     registry = registry or REGISTRY
-    for f in PROVENANCE_FIELDS:
+    for f in ("kind",) + provenance_fields():  # the target fields that must match (``ext.target`` table)
         if rec.target.get(f) != target_fields.get(f):
             return f"target {f} {rec.target.get(f)!r} != {target_fields.get(f)!r}"
     if rec.tvm_version != vers["tvm_version"]:

@@ -90,7 +90,7 @@ def _reference(wl: Workload, xs, target, seed, measured: str = ""):
             from ..runner import CompiledCandidate
             from ..strategies.registry import REGISTRY
 
-            others = sorted((c for c in REGISTRY.for_op(wl.op, target.kind.name) if c.name != measured
+            others = sorted((c for c in REGISTRY.for_op(wl.op, target) if c.name != measured
                              and not getattr(c, "library", None) and c.applies(wl, target)),
                             key=lambda c: c.plevel)
             if not others:

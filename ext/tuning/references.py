@@ -7,7 +7,8 @@ Tolerances: float32 sums of ``k`` products of such values drift by about
 ``sqrt(k)`` ulps; ``4e-6 * k`` is a loose bound (performance notes), so a
 kernel that is off by a real mistake (a dropped term, a wrong index) fails.
 Families without an entry are checked against another of their candidates
-(``measure._reference``).
+(``measure._reference``). The tests use these same references and tolerances
+(``tests/test_candidates.py`` runs every registered CPU candidate against them).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def matmul_tol(wl: Workload):
     return 1e-5, 4e-6 * max(int(wl.shapes[0][-1]), 16)
 
 
-def _conv_nchw(x, w, strides, padding, dilation, groups):
+def conv_nchw(x, w, strides, padding, dilation, groups):
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     pt, pl, pb, pr = padding if len(padding) == 4 else (padding[0], padding[1], padding[0], padding[1])
@@ -73,7 +74,7 @@ def conv2d(wl: Workload, xs):
         x = x.transpose([layout.index(c) for c in "NCHW"])
     if klayout != "OIHW":
         w = w.transpose([klayout.index(c) for c in "OIHW"])
-    y = _conv_nchw(x, w, wl.attr("strides", (1, 1)), wl.attr("padding", (0, 0, 0, 0)),
+    y = conv_nchw(x, w, wl.attr("strides", (1, 1)), wl.attr("padding", (0, 0, 0, 0)),
                    wl.attr("dilation", (1, 1)), wl.attr("groups", 1))
     if layout != "NCHW":
         y = y.transpose(["NCHW".index(c) for c in layout])
@@ -117,10 +118,58 @@ def reduce_tol(wl: Workload):
     return 1e-5, 4e-6 * max(int(wl.shapes[0][1]), 16)
 
 
+def _nchw(wl: Workload, layout: str, x):
+    if layout == "NCHW":
+        return x
+    if sorted(layout) != sorted("NCHW"):
+        raise ValueError(f"pool2d reference: layout {layout!r} is not a permutation of NCHW ({wl.key})")
+    return x.transpose([layout.index(c) for c in "NCHW"])
+
+
+def pool2d(wl: Workload, xs):
+    """Max or average pooling (``ceil_mode`` windows may run past the padding; an average
+    counts the padded window when ``count_include_pad``, else the image part, as PyTorch)."""
+    layout = str(wl.attr("layout", "NCHW"))
+    x = _nchw(wl, layout, xs[0].astype("float64"))
+    N, C, H, W = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = wl.attr("pool_size"), wl.attr("strides", (1, 1)), wl.attr("dilation", (1, 1))
+    pt, pl, pb, pr = wl.attr("padding", (0, 0, 0, 0))
+    oh, ow = (_nchw(wl, layout, np.empty(wl.attr("out_shape"), "int8"))).shape[2:]
+    hn, wn = max(H + pt + pb, (oh - 1) * sh + (kh - 1) * dh + 1), max(W + pl + pr, (ow - 1) * sw + (kw - 1) * dw + 1)
+    pads = ((pt, hn - H - pt), (pl, wn - W - pl))
+    is_max = wl.attr("kind") == "max"
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads, constant_values=-np.inf if is_max else 0.0)
+    inside = np.zeros((hn, wn))
+    if wl.attr("count_include_pad"):
+        inside[:H + pt + pb, :W + pl + pr] = 1
+    else:
+        inside[pt:pt + H, pl:pl + W] = 1
+    acc, count = np.full((N, C, oh, ow), -np.inf if is_max else 0.0), np.zeros((oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            rows, cols = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+            acc = np.maximum(acc, xp[:, :, rows, cols]) if is_max else acc + xp[:, :, rows, cols]
+            count += inside[rows, cols]
+    y = acc if is_max else acc / np.maximum(count, 1)
+    return y if layout == "NCHW" else y.transpose(["NCHW".index(c) for c in layout])
+
+
+def pool2d_tol(wl: Workload):
+    kh, kw = wl.attr("pool_size")
+    return (0.0, 0.0) if wl.attr("kind") == "max" else (1e-5, 1e-6 * max(kh * kw, 16))
+
+
+def layout_transform(wl: Workload, xs):
+    """The batched transpose ``(B, R, S, E) -> (B, S, R, E)`` (``topi_kernels/layout.py``)."""
+    return xs[0].astype("float64").transpose(0, 2, 1, 3).reshape(wl.attr("out_shape"))
+
+
 REFERENCES = {
     "matmul": (matmul, matmul_tol),
     "conv2d": (conv2d, conv2d_tol),
     "softmax": (softmax, _rows_tol),
     "layer_norm": (layer_norm, _rows_tol),
     "reduce": (reduce, reduce_tol),
+    "pool2d": (pool2d, pool2d_tol),
+    "layout_transform": (layout_transform, lambda wl: (0.0, 0.0)),
 }

@@ -28,6 +28,7 @@ import traceback
 
 import numpy as np
 
+from ..target import target_kind
 from .measure import LocalMeasurer, Result, Settings, _reference, _resolve, _short, check_output
 
 #: seconds to connect to (and hear back from) a tracker before it counts as unreachable
@@ -161,7 +162,7 @@ def measure_rpc_in_worker(task: dict) -> dict:
             _stage(task, stage)
             remote.upload(lib)
             rlib = remote.load_module("kernel.so")
-            dev = remote.cpu() if target.kind.name == "llvm" else remote.cuda(0)
+            dev = remote.device(target_kind(target).device(0).dlpack_device_type(), 0)
             stage = "run"
             _stage(task, stage)
             args = []

@@ -83,7 +83,7 @@ def extract_tasks(mod: tvm.IRModule, target) -> list[Task]:
     as they go to stock lowering.
     """
     from .. import relax_passes as rp
-    from ..relax_passes.families import FAMILIES, Composite
+    from ..relax_passes.families import FAMILIES, composite_of
     from ..target import normalize
 
     if not isinstance(mod, tvm.IRModule):
@@ -98,10 +98,11 @@ def extract_tasks(mod: tvm.IRModule, target) -> list[Task]:
         walker = _CompositeCalls(fused)
         walker.visit_expr(func)
         for name, cfunc, args in walker.found:
-            family = FAMILIES.get(name.split(".", 1)[1].split("_", 1)[0])
+            comp = composite_of(cfunc, args, _body_calls(cfunc))
+            family = FAMILIES.get(comp.family) if comp is not None else None
             if family is None:
                 continue
-            extracted = family.extract(Composite(name, cfunc, args, _body_calls(cfunc)))
+            extracted = family.extract(comp)
             if extracted is None or not extracted[0].is_static:
                 continue
             wl = extracted[0]

@@ -12,7 +12,6 @@ from typing import Callable
 
 from tvm import relax
 
-from ...workload import ACTIVATIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +52,8 @@ class Composite:
     """A matched composite call: its function, the outer arguments and the body's op chain."""
 
     name: str  # "ext.matmul_bias_relu"
+    family: str  # "matmul" (the ``ext.family`` attribute set at fusion)
+    epilogue: tuple  # ("bias", "relu") (the ``ext.epilogue`` attribute)
     func: relax.Function
     args: list  # outer relax expressions, positionally matching func.params
     calls: list  # the body's relax.Call values in order
@@ -72,18 +73,17 @@ class Composite:
                 return a
         return None
 
-    @property
-    def epilogue(self) -> tuple:
-        parts = self.name.split(".", 1)[1].split("_")[1:]
-        out, i = [], 0
-        while i < len(parts):  # "gelu_tanh" is one activation
-            if i + 1 < len(parts) and f"{parts[i]}_{parts[i + 1]}" in ACTIVATIONS:
-                out.append(f"{parts[i]}_{parts[i + 1]}")
-                i += 2
-            else:
-                out.append(parts[i])
-                i += 1
-        return tuple(out)
+
+
+def composite_of(func, args: list, calls: list, bindings: dict | None = None) -> Composite | None:
+    """The ``Composite`` of a fused function, from the ``ext.family`` / ``ext.epilogue``
+    attributes ``FuseEpilogues`` set; None for a function without them."""
+    attrs = func.attrs if isinstance(func, relax.Function) and func.attrs else {}
+    family = attrs.get("ext.family") if attrs else None
+    if family is None:
+        return None
+    epilogue = tuple(str(p) for p in attrs.get("ext.epilogue", []))
+    return Composite(str(attrs["Composite"]), str(family), epilogue, func, list(args), list(calls), bindings or {})
 
 
 def single_op_anchor(op: str):

@@ -66,5 +66,5 @@ def _extract(comp: Composite):
     return wl, args, None if flat else unflat
 
 
-register_family(Family("layernorm", [("dropout", _dropout), ("plain", _plain)], _check, _extract, chains=False,
+register_family(Family("layer_norm", [("dropout", _dropout), ("plain", _plain)], _check, _extract, chains=False,
                        covers="normalization over the trailing axes"))

@@ -4,8 +4,9 @@ effect is one batched transpose ``(B, R, S, E) -> (B, S, R, E)`` (see
 attention head swaps. Other permutations and padded layout transforms are
 left to stock lowering.
 
-The family is named ``transpose`` so that it sorts after the anchor families
-(``conv2d``, ``matmul``...): ``FuseEpilogues`` tries families in name order, and
+The family is ``layout_transform`` (its workloads' op and its candidates' prefix); the
+module is named ``transpose`` so that it loads after the anchor families (``conv2d``,
+``matmul``...): ``FuseEpilogues`` tries families in module-name order, and
 ``matmul(x, permute_dims(w))`` must stay the matmul family's.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _extract(comp: Composite):
     return wl, [relax.op.reshape(x, dims)], (lambda y: relax.op.reshape(y, out_shape))
 
 
-register_family(Family("transpose", [("permute", single_op_anchor("relax.permute_dims")),
+register_family(Family("layout_transform", [("permute", single_op_anchor("relax.permute_dims")),
                                      ("layout", single_op_anchor("relax.layout_transform"))], _check, _extract,
                        chains=False,
                        covers="static permutations that swap two groups of axes, (B, R, S, E) -> (B, S, R, E), "

@@ -33,6 +33,7 @@ import dataclasses
 from tvm import s_tir
 
 from ..common import extent
+from ..common import try_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,12 +55,9 @@ class RowConfig:
     ocb: int = 0
 
 
-def _try(fn, *args):
-    try:
-        fn(*args)
-        return True
-    except Exception:  # noqa: BLE001 - a schedule step TVM rejects is skipped
-        return False
+def _try(fn, *args) -> bool:
+    """Whether the schedule step ``fn(*args)`` went through (a rejected one is skipped)."""
+    return try_step(lambda: (fn(*args), True)[1]) is True
 
 
 def _vectorize_split(sch, loop, lanes: int) -> None:

@@ -18,24 +18,42 @@ the input, only sometimes not faster.
 """
 from __future__ import annotations
 
+import re
+
+import tvm
 from tvm import s_tir
 from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+from ..common import try_step as _try
+from ..common import unscheduled
 
 #: fewer elements than this run on one thread (thread launch costs a few microseconds)
 MIN_PARALLEL_WORK = 16384
 
 
-def _try(fn, *args):
-    try:
-        return fn(*args)
-    except Exception:  # ScheduleError and friends: skip this step
-        return None
+#: inlining copies a producer's expression into its consumers once per read; when the copies
+#: would print longer than this, the producer stays a block of its own. Chains that read a
+#: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
+#: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar)
+MAX_INLINED_CHARS = 6000
+
+
+def _reads(stmt, buffer_name: str) -> int:
+    return len(re.findall(rf"(?<![\w.]){re.escape(buffer_name)}\[", str(stmt)))
+
+
+def _copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
+    """Would inlining ``block_rv`` copy its expression past ``MAX_INLINED_CHARS``?"""
+    block = sch.get(block_rv)
+    name = block.writes[0].source.name
+    copies = sum(_reads(sch.get(c).body, name) for c in sch.get_consumers(block_rv))
+    return copies > 1 and len(str(block.body)) * copies > MAX_INLINED_CHARS
 
 
 def _inline_injective(sch: s_tir.Schedule) -> None:
     infos = normalize_prim_func(sch) or []
     for info in infos[:-1]:  # the last block writes the output
-        if info.is_injective():
+        if info.is_injective() and not _copies_big_expression(sch, info.block_rv):
             _try(sch.compute_inline, info.block_rv)
 
 
@@ -88,3 +106,19 @@ def schedule(func, lanes: int):
         return sch.mod["main"].with_attr("tirx.is_scheduled", True)
     except Exception:
         return func
+
+
+def fallback_pass(target) -> tvm.transform.Pass:
+    """The module pass giving every unscheduled PrimFunc this schedule (the llvm row's
+    ``fallback_schedule`` in ``ext.target``)."""
+    from ...target import cpu_info
+
+    lanes = cpu_info(target).lanes_f32
+
+    def transform(mod, _ctx):
+        updates = {gv: schedule(f, lanes) for gv, f in mod.functions_items() if unscheduled(f)}
+        for gv, f in updates.items():
+            mod[gv] = f
+        return mod
+
+    return tvm.transform.module_pass(transform, opt_level=0, name="ext.FallbackSchedule")

@@ -50,7 +50,7 @@ class DotConfig:
     parallel: bool = True
 
 
-def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0, threads: int = 2) -> None:
+def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int = 0, *, threads: int) -> None:
     """Schedule blocks ``C`` (padded accumulation) and ``D`` (fused output), see module doc;
     ``threads`` is the number of row blocks of ``parallel="rows"``."""
     d = sch.get_sblock("D")

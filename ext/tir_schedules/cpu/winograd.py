@@ -62,7 +62,7 @@ def _two_pass(sch: s_tir.Schedule, first: str, second: str, block: int, lanes: i
 
 
 def schedule_winograd(sch: s_tir.Schedule, cfg: WinogradConfig, lanes: int, kb: int, ob: int,
-                      threads: int = 2) -> None:
+                      threads: int) -> None:
     """Schedule every block of the Winograd kernel (see module doc)."""
     local = cfg.parallel == "tiles"
     schedule_pack(sch, "P", lanes, 3, by_rows=local)
