@@ -274,42 +274,34 @@ def _regnet(quick, gen):
     return tf.RegNetForImageClassification(cfg), _image(gen, res), "logits"
 
 
-@_register("convnext_tiny", "vision", "ConvNeXt-T, 224x224")
-def _convnext(quick, gen):
+def _four_stage(config: str, model: str, quick: bool, gen, hidden: list, depths: list):
+    """A four-stage classifier from its Config class (``config``) and model class (``model``):
+    the quick variant has four one-block stages of width 16-48 at 32 px."""
     import transformers as tf
 
     if quick:
-        cfg = tf.ConvNextConfig(hidden_sizes=[16, 24, 32, 48], depths=[1, 1, 1, 1], image_size=32, num_labels=10)
-    else:
-        cfg = tf.ConvNextConfig(hidden_sizes=[96, 192, 384, 768], depths=[3, 3, 9, 3], image_size=224,
-                                num_labels=1000)
-    return tf.ConvNextForImageClassification(cfg), _image(gen, cfg.image_size), "logits"
+        hidden, depths = [16, 24, 32, 48], [1, 1, 1, 1]
+    cfg = getattr(tf, config)(hidden_sizes=hidden, depths=depths, image_size=32 if quick else 224,
+                              num_labels=10 if quick else 1000)
+    return getattr(tf, model)(cfg), _image(gen, cfg.image_size), "logits"
+
+
+@_register("convnext_tiny", "vision", "ConvNeXt-T, 224x224")
+def _convnext(quick, gen):
+    return _four_stage("ConvNextConfig", "ConvNextForImageClassification", quick, gen,
+                       [96, 192, 384, 768], [3, 3, 9, 3])
 
 
 @_register("convnextv2_tiny", "vision", "ConvNeXt V2-T (GRN), 224x224")
 def _convnextv2(quick, gen):
-    import transformers as tf
-
-    if quick:
-        cfg = tf.ConvNextV2Config(hidden_sizes=[16, 24, 32, 48], depths=[1, 1, 1, 1], image_size=32,
-                                  num_labels=10)
-    else:
-        cfg = tf.ConvNextV2Config(hidden_sizes=[96, 192, 384, 768], depths=[3, 3, 9, 3], image_size=224,
-                                  num_labels=1000)
-    return tf.ConvNextV2ForImageClassification(cfg), _image(gen, cfg.image_size), "logits"
+    return _four_stage("ConvNextV2Config", "ConvNextV2ForImageClassification", quick, gen,
+                       [96, 192, 384, 768], [3, 3, 9, 3])
 
 
 @_register("poolformer_s12", "vision", "PoolFormer-S12, 224x224")
 def _poolformer(quick, gen):
-    import transformers as tf
-
-    if quick:
-        cfg = tf.PoolFormerConfig(hidden_sizes=[16, 24, 32, 48], depths=[1, 1, 1, 1], image_size=32,
-                                  num_labels=10)
-    else:
-        cfg = tf.PoolFormerConfig(hidden_sizes=[64, 128, 320, 512], depths=[2, 2, 6, 2], image_size=224,
-                                  num_labels=1000)
-    return tf.PoolFormerForImageClassification(cfg), _image(gen, cfg.image_size), "logits"
+    return _four_stage("PoolFormerConfig", "PoolFormerForImageClassification", quick, gen,
+                       [64, 128, 320, 512], [2, 2, 6, 2])
 
 
 # ----------------------------------------------------------------------------- vision: transformers
