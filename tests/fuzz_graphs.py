@@ -604,8 +604,9 @@ def _start(draw, b: _Builder) -> int:
     else:
         rank = draw(st.integers(1, 4))
         shape = tuple(_dim(draw) for _ in range(rank))
-    while math.prod(shape) > MAX_ELEMS // 4:
-        shape = shape[:-1] + (max(1, shape[-1] // 3),)
+    while math.prod(shape) > MAX_ELEMS // 4:  # shrink the largest dim (the last may already be 1)
+        i = max(range(len(shape)), key=lambda d: shape[d])
+        shape = shape[:i] + (max(1, shape[i] // 3),) + shape[i + 1:]
     # now and then large inputs, so activations see their saturated tails
     return b.leaf("input", shape, scale=draw(st.sampled_from((1.0,) * 6 + (30.0, 300.0))))
 
