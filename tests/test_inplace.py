@@ -124,3 +124,27 @@ def test_kernel_analysis_rejects_shifted_reads():
     assert inplace_kernel(te.create_prim_func([A, ok]), 0) is not None
     assert inplace_kernel(te.create_prim_func([A, shifted]), 0) is None
     assert inplace_kernel(te.create_prim_func([A, transposed]), 0) is None
+
+
+def test_inplace_over_second_input_when_both_inputs_share_a_name():
+    """Found by the fuzzer: relu(x) is used twice, so add(v1, softmax(relu(v1))) writes over its
+    second input; both fused inputs are named ``lv`` (printed lv, lv_1), and the kernel aliased
+    the first one while the call returned the second (1.0 instead of 1.27)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    import ext
+
+    x = relax.Var("x0", relax.TensorType([1, 1], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            v1 = bb.emit(relax.op.nn.relu(x))
+            v2 = bb.emit(relax.op.nn.relu(v1))
+            v3 = bb.emit(relax.op.nn.softmax(v2, axis=-1))
+            out = bb.emit_output(relax.op.add(v1, v3))
+        bb.emit_func_output(out)
+    ex = ext.build(bb.get(), ext.target.cpu(), cache=False, verbose=False)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.array([[0.27]], "float32"))).numpy()
+    np.testing.assert_allclose(got, [[1.27]], rtol=1e-6)

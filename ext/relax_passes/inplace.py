@@ -136,6 +136,8 @@ def _alias_output(func, index: int):
     params = [p.strip() for p in re.split(r",\s*(?=\w+: T\.Buffer)", sig.group(1))]
     if len(params) != len(func.params) or not params[-1].startswith(out_name + ": T.Buffer("):
         return None
+    # the printed names: two parameters both named "lv" print as lv and lv_1
+    x_name = params[index].split(":", 1)[0]
     buf_args = params[-1].split(": T.Buffer(", 1)[1][:-1]  # "(shape), dtype"
     decl = f"    {out_name} = T.decl_buffer({buf_args}, data={x_name}.data)\n"
     text = text.replace(sig.group(0), f"def main({', '.join(params[:-1])}):\n", 1)
