@@ -10,7 +10,8 @@ import warnings
 import pytest
 
 from ext.strategies import REGISTRY
-from ext.tuning.log import History, Record, TuningLog, TuningLogWarning, make_record, target_info, versions
+from ext.tuning.history import History
+from ext.tuning.log import Record, TuningLog, TuningLogWarning, make_record, target_info, versions
 from ext.tuning.measure import Result
 from ext.workload import Workload
 

@@ -82,7 +82,7 @@ def test_randomize_batchnorm_counts_and_skips_other_layers():
 def test_mobilevitv2_patch_reshapes_equal_unfold_and_fold():
     from types import SimpleNamespace
 
-    from ext.models.zoo import _patches_by_reshape
+    from ext.models.zoo_vision import _patches_by_reshape
 
     layer = SimpleNamespace(patch_height=2, patch_width=3)
     x = torch.randn(2, 5, 6, 9)

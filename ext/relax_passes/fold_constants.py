@@ -137,13 +137,21 @@ class _Folder:
     def __init__(self, mod: tvm.IRModule):
         self.mod = mod
         self.consts: dict = {}  # relax.Var -> numpy array
+        self._arrays: dict = {}  # relax constant -> its numpy copy, made once (rounds revisit weights)
 
     def _value(self, expr):
         if isinstance(expr, _Const):
-            return expr.value.numpy() if hasattr(expr.value, "numpy") else None
+            return self._array(expr)
         if isinstance(expr, relax.Var):
             return self.consts.get(expr)
         return None
+
+    def _array(self, const):
+        if not hasattr(const.value, "numpy"):
+            return None
+        if const not in self._arrays:
+            self._arrays[const] = const.value.numpy()
+        return self._arrays[const]
 
     def _inputs(self, exprs) -> list | None:
         vals = [self._value(e) for e in exprs]
@@ -163,7 +171,7 @@ class _Folder:
     def _visit(self, var, value, pending: list) -> None:
         if isinstance(value, _Const):
             if hasattr(value.value, "numpy"):
-                self.consts[var] = value.value.numpy()
+                self.consts[var] = self._array(value)
             return
         if isinstance(value, relax.Var) and value in self.consts:
             self.consts[var] = self.consts[value]
