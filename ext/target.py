@@ -194,10 +194,21 @@ class CPUInfo:
     cores: int
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
+    #: sustained clock and full-width vector FMAs issued per cycle (Zen 4: one 512-bit FMA per
+    #: cycle on its two 256-bit pipes); only ratios of estimates matter (``strategies/conv2d_cost.py``)
+    ghz: float = 3.0
+    fma_per_cycle: int = 1
+    #: DRAM bandwidth one socket's cores share (~25 GB/s measured by a streaming copy here)
+    dram_bytes_per_s: float = 25e9
 
     @property
     def lanes_f32(self) -> int:
         return self.vector_bits // 32
+
+    @property
+    def peak_flops(self) -> float:
+        """float32 flops per second of all cores at full FMA issue (an FMA counts 2)."""
+        return 2.0 * self.lanes_f32 * self.fma_per_cycle * self.ghz * 1e9 * self.cores
 
     @property
     def isa(self) -> str:

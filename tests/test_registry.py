@@ -15,10 +15,11 @@ class Cfg:
     tile: int = 4
 
 
-def fake(name, plevel=PLEVEL.DIRECT, check=None, suits=None, targets=("llvm",)):
+def fake(name, plevel=PLEVEL.DIRECT, check=None, suits=None, targets=("llvm",), estimate=None):
     return Candidate(name, targets, plevel, check or (lambda wl, t: None), Cfg,
                      space=lambda wl, t: [Cfg(2), Cfg(4), Cfg(8)], default=lambda wl, t: Cfg(4),
-                     build=lambda wl, cfg, t: None, suits=suits)
+                     build=lambda wl, cfg, t: None, suits=suits,
+                     estimate=None if estimate is None else (lambda wl, t: estimate))
 
 
 WL = Workload("toy", [(4, 4)], ["float32"], "float32", attrs={"out_shape": (4, 4)})
@@ -54,6 +55,22 @@ def test_selector_plevel_suits_only_and_fallback(cpu_target):
     reg.unregister("toy.direct")
     d = Selector(cpu_target, registry=reg).choose(WL)
     assert d.candidate is None and d.source == "fallback" and "no candidate applies" in d.reason
+
+
+def test_selector_estimates_beat_plevel_only_when_every_suited_candidate_declares_one(cpu_target):
+    reg = Registry()
+    reg.register(fake("toy.blocked", PLEVEL.BLOCKED, estimate=2e-3))
+    reg.register(fake("toy.special", PLEVEL.SPECIALIZED, estimate=3e-3))
+    reg.register(fake("toy.cheap", PLEVEL.DIRECT, estimate=1e-3, suits=lambda wl, t: "not here"))
+    d = Selector(cpu_target, registry=reg).choose(WL)
+    assert (d.name, d.source, d.cost) == ("toy.blocked", "estimate", 2e-3)
+    status = {a.candidate: (a.status, a.reason) for a in d.alternatives}
+    assert status["toy.special"] == ("lost", "estimated 3 ms, 1.50x the winner's")
+    assert status["toy.cheap"] == ("unsuited", "not here")  # an unsuited estimate never wins
+
+    reg.register(fake("toy.silent", PLEVEL.DIRECT))  # declares nothing: the plevel rule decides
+    d = Selector(cpu_target, registry=reg).choose(WL)
+    assert (d.name, d.source) == ("toy.special", "plevel")
 
 
 def test_selector_prefers_log_then_model(cpu_target):

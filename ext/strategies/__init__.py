@@ -1,7 +1,8 @@
 """Op-strategy registry: candidates per op family, selection, reports.
 
 Every module in this package other than ``registry``, ``select`` and
-``report`` is a family's candidate table and registers itself on import.
+``report`` is a family's candidate table and registers itself on import
+(``conv2d_cost`` registers nothing: it is the conv2d family's estimates).
 """
 import importlib
 import pkgutil

@@ -7,12 +7,13 @@ in ``data_layout`` / ``kernel_layout`` then the epilogue tensors; attrs
 own layout (NCHW activations for all but ``direct_nhwc``): a blocked layout
 lives only inside a kernel, so consecutive convs need no layout transforms.
 
-Selection without a tuning log (plevel + ``suits``, see ``conv2d_cost.py``):
-Winograd (SPECIALIZED) for 3x3 stride-1 layers where its analytic cost beats
-the direct kernel's (``wino_cost_ratio``); depthwise (SPECIALIZED) for
-groups == channels; the blocked direct kernel (BLOCKED) for the rest,
-1x1 included (it measured faster than ``conv2d.pointwise``, which stays
-available to tuning); im2col (DIRECT) is never preferred; NHWC direct serves
+Selection without a tuning log: every candidate declares its estimated time
+(``conv2d_cost.py``, the family's one preference) and the Selector takes the
+lowest among those that suit the shape: Winograd for 3x3 stride-1 layers where
+its analytic work is below 0.8x the direct kernel's; the blocked direct kernel
+for the rest, 1x1 included (``conv2d.pointwise`` measured slower and is
+unsuited, like im2col: both stay available to tuning); depthwise for groups ==
+channels (the direct kernel calls itself unsuited there); NHWC direct serves
 NHWC workloads (the layout policy converts CPU graphs to NCHW first).
 """
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ..topi_kernels import host
 from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
 from ..workload import Workload, conv_dims
+from . import conv2d_cost as cost
+from .conv2d_cost import wino_tile  # noqa: F401 - the Winograd default config and tests use it
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes  # noqa: F401 - re-exported to the conv tables
 
@@ -107,10 +110,7 @@ def _direct_check(wl, target):
 def _direct_suits(wl, target):
     g = geom(wl)
     if g.groups > 1 and g.groups == g.C:
-        return "depthwise: conv2d.depthwise streams each channel plane"
-    if not _wino_check(wl, target) and not _wino_suits(wl, target):
-        m = wino_tile(g, lanes(target))
-        return f"Winograd F({m}x{m},3x3) is estimated at {wino_cost_ratio(g, m, lanes(target)):.2f}x this kernel's cost"
+        return "depthwise: one input channel per output channel leaves the channel blocks empty"
     return None
 
 
@@ -176,16 +176,11 @@ def _direct_transforms(wl, cfg: DirectConfig, target):
 
 register(Candidate("conv2d.direct_nchwc", ("llvm",), PLEVEL.BLOCKED, _direct_check, DirectConfig,
                    space=_direct_space, default=_direct_default, build=_direct_build,
-                   transforms=_direct_transforms, suits=_direct_suits, added_knobs=("order",)))
+                   transforms=_direct_transforms, suits=_direct_suits, added_knobs=("order",),
+                   estimate=lambda wl, t: cost.direct(geom(wl), t)))
 
 
 # -- conv2d.winograd ----------------------------------------------------------------------------------
-
-#: Winograd must be estimated at most this fraction of the direct kernel's cost to be chosen
-WINOGRAD_MAX_RATIO = 0.8
-#: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)
-WINOGRAD_U_BYTES = 24 * 2 ** 20
-
 
 def _wino_blocks(g, ln):
     return (ln if g.C >= ln else g.C), ln
@@ -204,33 +199,6 @@ def _wino_check(wl, target):
         return f"Winograd needs dilation 1, got {g.dilation}"
     if g.groups != 1:
         return f"Winograd needs groups 1, got {g.groups}"
-    return None
-
-
-def wino_tile(g, lanes: int) -> int:
-    """F(4x4,3x3) unless the output is small (its 6x6 tiles would mostly be padding) or its
-    transformed filter (36 * C * O floats, channels padded to ``lanes``) would not stay in L3;
-    then F(2x2,3x3)."""
-    u4 = 36 * ceil_to(g.C, lanes) * ceil_to(g.O, lanes) * 4
-    return 2 if min(g.OH, g.OW) < 8 or u4 > WINOGRAD_U_BYTES else 4
-
-
-def wino_cost_ratio(g, m: int, lanes: int) -> float:
-    """Analytic Winograd / direct cost: multiply-adds of the E batched GEMMs plus the transforms
-    (~8 multiply-add equivalents per transformed element, they are memory-bound) over the direct
-    conv's multiply-adds (both kernels run their inner loops at a similar rate)."""
-    E, (_, _, T) = (m + 2) ** 2, wg.tiles(g, m)
-    cp, op = ceil_to(g.C, lanes), ceil_to(g.O, lanes)
-    wino = E * T * (cp * op + 8 * cp + 8 * op) + 8 * g.N * g.O * g.OH * g.OW
-    return wino / (g.N * g.OH * g.OW * g.O * g.C * 9)
-
-
-def _wino_suits(wl, target):
-    g, ln = geom(wl), lanes(target)
-    m = wino_tile(g, ln)
-    ratio = wino_cost_ratio(g, m, ln)
-    if ratio > WINOGRAD_MAX_RATIO:
-        return f"F({m}x{m},3x3) estimated at {ratio:.2f}x the direct kernel's cost (> {WINOGRAD_MAX_RATIO})"
     return None
 
 
@@ -283,4 +251,4 @@ def _wino_transforms(wl, cfg, target):
 
 register(Candidate("conv2d.winograd", ("llvm",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
                    space=_wino_space, default=_wino_default, build=_wino_build, transforms=_wino_transforms,
-                   suits=_wino_suits, added_knobs=("parallel",)))
+                   added_knobs=("parallel",), estimate=lambda wl, t: cost.winograd(geom(wl), t)))

@@ -20,6 +20,7 @@ from ..topi_kernels import conv2d as cv
 from ..topi_kernels import host
 from ..topi_kernels import matmul as mm
 from ..topi_kernels.matmul import ceil_to
+from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, placeholders
 from .registry import PLEVEL, Candidate, register
 
@@ -117,6 +118,7 @@ def _pointwise_suits(wl, target):
 
 register(Candidate("conv2d.pointwise", ("llvm",), PLEVEL.BLOCKED, _pointwise_check, TileConfig,
                    space=_space, default=_default, build=_build("conv2d.pointwise"), transforms=_transforms,
-                   suits=_pointwise_suits))
+                   suits=_pointwise_suits, estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "pointwise")))
 register(Candidate("conv2d.im2col", ("llvm",), PLEVEL.DIRECT, _check, TileConfig, space=_space, default=_default,
-                   build=_build("conv2d.im2col"), transforms=_transforms, suits=_im2col_suits))
+                   build=_build("conv2d.im2col"), transforms=_transforms, suits=_im2col_suits,
+                   estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "im2col")))

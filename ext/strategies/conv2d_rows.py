@@ -12,6 +12,7 @@ from ..tir_schedules.common import create_schedule, finish, pick_divisor
 from ..tir_schedules.cpu import conv2d as sched
 from ..tir_schedules.cpu.conv2d import RowConfig
 from ..topi_kernels import conv2d as cv
+from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, pick_reg_n, placeholders
 from .registry import PLEVEL, Candidate, register
 
@@ -49,7 +50,8 @@ def _dw_build(wl, cfg: RowConfig, target):
 
 
 register(Candidate("conv2d.depthwise", ("llvm",), PLEVEL.SPECIALIZED, _dw_check, RowConfig,
-                   space=_dw_space, default=_dw_default, build=_dw_build))
+                   space=_dw_space, default=_dw_default, build=_dw_build,
+                   estimate=lambda wl, t: cost.depthwise(geom(wl), t)))
 
 
 # -- conv2d.direct_nhwc ---------------------------------------------------------------------------
@@ -94,4 +96,5 @@ def _nhwc_build(wl, cfg: RowConfig, target):
 
 
 register(Candidate("conv2d.direct_nhwc", ("llvm",), PLEVEL.BLOCKED, _nhwc_check, RowConfig,
-                   space=_nhwc_space, default=_nhwc_default, build=_nhwc_build))
+                   space=_nhwc_space, default=_nhwc_default, build=_nhwc_build,
+                   estimate=lambda wl, t: cost.direct(geom(wl), t, "direct_nhwc")))

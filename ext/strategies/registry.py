@@ -9,7 +9,8 @@ that transform those inputs; the pipeline folds them at compile time when the
 input is a constant.
 
 Selection order (``select.py``): candidates that apply -> tuning log -> cost
-model -> highest ``plevel`` among those that suit the shape -> table order.
+model -> among those that suit the shape, the lowest declared estimate when all
+declare one, else the highest ``plevel`` -> table order.
 """
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ class Candidate:
     transforms : ``(workload, config, target) -> {input index: PrimFunc}``,
         input layout changes (e.g. weight packing) done before ``build``'s kernel.
     suits : ``(workload, target) -> None | reason``: a heuristic "not the best
-        choice here" that selection by plevel respects but tuning ignores.
+        choice here" about this kernel alone (never a sibling) that selection
+        respects but tuning ignores.
+    estimate : ``(workload, target) -> seconds | None``, the family's declared
+        preference: when every candidate that suits a workload has an estimate,
+        the lowest wins (else the plevel rule); see ``conv2d_cost.py``.
     version : bump when the kernel changes so old tuning records go stale.
     """
 
@@ -87,6 +92,7 @@ class Candidate:
     build: Callable[[Workload, Any, Target], Any]
     transforms: Callable[[Workload, Any, Target], dict] | None = None
     suits: Callable[[Workload, Target], str | None] | None = None
+    estimate: Callable[[Workload, Target], float | None] | None = None
     version: int = 1
     #: runs only inside this Python process (a packed function registered from Python)
     needs_python: bool = False
@@ -116,6 +122,10 @@ class Candidate:
     def suited(self, wl: Workload, target: Target) -> Verdict:
         reason = self.suits(wl, target) if self.suits else None
         return no(reason) if reason else YES
+
+    def estimated(self, wl: Workload, target: Target) -> float | None:
+        """Estimated seconds on ``wl`` (None: this candidate declares no estimate)."""
+        return self.estimate(wl, target) if self.estimate else None
 
     def default_config(self, wl: Workload, target: Target):
         return self.default(wl, target)

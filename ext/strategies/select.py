@@ -9,8 +9,10 @@ the report lists our own kernels only); then
    against ext's own pick at build time, ``ext.libraries.measure``);
 2. ``model``: a cost model trained on the log ranks (candidate, default config)
    pairs and the configs of the best one's space;
-3. ``plevel``: the highest priority level among candidates that suit the
-   shape (any applicable one if none suits); ties go to table order;
+3. ``estimate``: among candidates that suit the shape (any applicable one if
+   none suits), the lowest estimated time when every one of them declares an
+   estimate (the family's declared preference, e.g. ``conv2d_cost.py``);
+   otherwise ``plevel``: the highest priority level; ties go to table order;
 4. ``only`` when a single candidate applies, ``fallback`` when none does
    (stock lowering plus ext's fallback schedule).
 """
@@ -42,7 +44,7 @@ class Decision:
     workload: Workload
     candidate: Candidate | None
     config: Any
-    source: str  # "log" | "measured" | "model" | "plevel" | "only" | "fallback"
+    source: str  # "log" | "measured" | "model" | "estimate" | "plevel" | "only" | "fallback"
     alternatives: list = dataclasses.field(default_factory=list)
     reason: str = ""
     cost: float | None = None
@@ -131,22 +133,32 @@ class Selector:
             cand = usable[0]
             return Decision(wl, cand, cand.default_config(wl, self.target), "only", alts,
                             "the only candidate that applies")
-        return self._by_plevel(wl, usable, alts)
+        return self._by_preference(wl, usable, alts)
 
-    def _by_plevel(self, wl, usable, alts) -> Decision:
+    def _by_preference(self, wl, usable, alts) -> Decision:
         suited = [(c, c.suited(wl, self.target)) for c in usable]
         pool = [c for c, v in suited if v] or usable
-        best = max(pool, key=lambda c: c.plevel)  # max() keeps the first of equals: table order
+        est = {c.name: c.estimated(wl, self.target) for c in pool}
+        by_estimate = len(pool) > 1 and all(e is not None for e in est.values())
+        if by_estimate:
+            best = min(pool, key=lambda c: est[c.name])  # min() keeps the first of equals: table order
+            why = lambda c: (f"estimated {est[c.name] * 1e3:.3g} ms, "  # noqa: E731
+                             f"{est[c.name] / max(est[best.name], 1e-30):.2f}x the winner's")
+        else:
+            best = max(pool, key=lambda c: c.plevel)  # max() keeps the first of equals: table order
+            why = lambda c: (f"plevel {c.plevel} < {best.plevel}" if c.plevel < best.plevel  # noqa: E731
+                             else "equal plevel, later in table")
         for c, v in suited:
-            if c is best:
-                continue
-            if not v:
-                alts.append(Alternative(c.name, "unsuited", v.reason))
-            else:
-                alts.append(Alternative(c.name, "lost", f"plevel {c.plevel} < {best.plevel}"
-                                        if c.plevel < best.plevel else "equal plevel, later in table"))
-        return Decision(wl, best, best.default_config(wl, self.target), "plevel", alts,
-                        f"highest plevel ({best.plevel}) among candidates that suit the shape")
+            if c is not best:
+                alts.append(Alternative(c.name, "unsuited", v.reason) if not v
+                            else Alternative(c.name, "lost", why(c), est.get(c.name)))
+        if by_estimate:
+            return Decision(wl, best, best.default_config(wl, self.target), "estimate", alts,
+                            f"lowest estimated time ({est[best.name] * 1e3:.3g} ms) among candidates "
+                            "that suit the shape", est[best.name])
+        why = "the only candidate that suits the shape" if len(pool) == 1 else \
+            f"highest plevel ({best.plevel}) among candidates that suit the shape"
+        return Decision(wl, best, best.default_config(wl, self.target), "plevel", alts, why)
 
     def _by_model(self, wl, usable, alts) -> Decision | None:
         points = []

@@ -1,0 +1,91 @@
+"""Estimated seconds of each CPU conv2d candidate: the family's one declared preference.
+
+Without a tuning log the Selector compares these estimates among the candidates
+that suit a workload (``select.py``); no candidate's ``suits`` consults a
+sibling. Every estimate is the kernel's work at a fraction of the target's peak
+(``CPUInfo.peak_flops``, ``dram_bytes_per_s``): the fractions are what the
+kernels reached on this machine class (``scripts/bench_conv2d.py``), so the
+estimates rank kernels; they are not predictions to the microsecond.
+
+=======================  =================================================  ==========
+candidate                work                                               efficiency
+=======================  =================================================  ==========
+conv2d.direct_nchwc      N*OH*OW*O*Cg*KH*KW multiply-adds                    0.60
+conv2d.direct_nhwc       same                                               0.45
+conv2d.winograd          ``winograd_ratio`` x the direct kernel's work        0.48
+conv2d.depthwise         max(multiply-adds, bytes moved / bandwidth)         0.25
+conv2d.pointwise         packing + GEMM                                     0.55
+conv2d.im2col            patch matrix (memory) + GEMM                       0.55
+=======================  =================================================  ==========
+
+Winograd's 0.48 = 0.8 x the direct kernel's 0.60: it is chosen where its analytic
+work is below 0.8x the direct kernel's (the transforms are memory-bound and the
+batched GEMMs short), which is the rule ResNet-18/50 were tuned with.
+"""
+from __future__ import annotations
+
+from ..target import cpu_info
+from ..topi_kernels import conv2d as cv
+from ..topi_kernels import winograd as wg
+from ..topi_kernels.matmul import ceil_to
+
+EFFICIENCY = {"direct_nchwc": 0.60, "direct_nhwc": 0.45, "winograd": 0.48, "depthwise": 0.25,
+              "pointwise": 0.55, "im2col": 0.55}
+
+#: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)
+WINOGRAD_U_BYTES = 24 * 2 ** 20
+
+
+def macs(g: cv.ConvGeom) -> int:
+    """Multiply-adds of the direct algorithm."""
+    return g.N * g.OH * g.OW * g.O * g.Cg * g.KH * g.KW
+
+
+def io_bytes(g: cv.ConvGeom) -> int:
+    """float32 bytes of input, weights and output (each touched once)."""
+    return 4 * (g.N * g.C * g.H * g.W + g.O * g.Cg * g.KH * g.KW + g.N * g.O * g.OH * g.OW)
+
+
+def seconds(flops: float, target, efficiency: float, moved_bytes: float = 0.0) -> float:
+    """The larger of compute time at ``efficiency`` x peak and memory time at full bandwidth."""
+    info = cpu_info(target)
+    return max(flops / (info.peak_flops * efficiency), moved_bytes / info.dram_bytes_per_s)
+
+
+def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc") -> float:
+    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g))
+
+
+def wino_tile(g: cv.ConvGeom, lanes: int) -> int:
+    """F(4x4,3x3) unless the output is small (its 6x6 tiles would mostly be padding) or its
+    transformed filter (36 * C * O floats, channels padded to ``lanes``) would not stay in L3;
+    then F(2x2,3x3)."""
+    u4 = 36 * ceil_to(g.C, lanes) * ceil_to(g.O, lanes) * 4
+    return 2 if min(g.OH, g.OW) < 8 or u4 > WINOGRAD_U_BYTES else 4
+
+
+def winograd_ratio(g: cv.ConvGeom, m: int, lanes: int) -> float:
+    """Winograd F(m x m, 3x3) work over the direct kernel's: the batched GEMMs' multiply-adds
+    (channels padded to ``lanes``) plus the input/output transforms (~8 multiply-add
+    equivalents per transformed element, they are memory-bound)."""
+    E, (_, _, T) = (m + 2) ** 2, wg.tiles(g, m)
+    cp, op = ceil_to(g.C, lanes), ceil_to(g.O, lanes)
+    work = E * T * (cp * op + 8 * cp + 8 * op) + 8 * g.N * g.O * g.OH * g.OW
+    return work / (g.N * g.OH * g.OW * g.O * g.C * 9)
+
+
+def winograd(g: cv.ConvGeom, target) -> float:
+    lanes = cpu_info(target).lanes_f32
+    work = 2 * macs(g) * winograd_ratio(g, wino_tile(g, lanes), lanes)
+    return seconds(work, target, EFFICIENCY["winograd"], io_bytes(g))
+
+
+def depthwise(g: cv.ConvGeom, target) -> float:
+    return seconds(2 * macs(g), target, EFFICIENCY["depthwise"], io_bytes(g))
+
+
+def gemm_lowered(g: cv.ConvGeom, target, variant: str) -> float:
+    """pointwise / im2col: the patch (or packed input) matrix is written and read once more."""
+    _, P, K = cv.gemm_dims(g)
+    extra = 8 * g.N * g.C * g.H * g.W if variant == "pointwise" else 8 * P * K
+    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + extra)
