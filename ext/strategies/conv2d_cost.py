@@ -13,7 +13,7 @@ candidate                work                                               effi
 conv2d.direct_nchwc      N*OH*OW*O*Cg*KH*KW multiply-adds                    0.60
 conv2d.direct_nhwc       same                                               0.45
 conv2d.winograd          ``winograd_ratio`` x the direct kernel's work        0.48
-conv2d.depthwise         max(multiply-adds, bytes moved / bandwidth)         0.25
+conv2d.depthwise         max(multiply-adds, bytes moved / bandwidth)         0.35
 conv2d.pointwise         packing + GEMM                                     0.55
 conv2d.im2col            patch matrix (memory) + GEMM                       0.55
 =======================  =================================================  ==========
@@ -29,7 +29,7 @@ from ..topi_kernels import conv2d as cv
 from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import ceil_to
 
-EFFICIENCY = {"direct_nchwc": 0.60, "direct_nhwc": 0.45, "winograd": 0.48, "depthwise": 0.25,
+EFFICIENCY = {"direct_nchwc": 0.60, "direct_nhwc": 0.45, "winograd": 0.48, "depthwise": 0.35,
               "pointwise": 0.55, "im2col": 0.55}
 
 #: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)

@@ -12,6 +12,7 @@ from ..tir_schedules.common import create_schedule, finish, pick_divisor
 from ..tir_schedules.cpu import conv2d as sched
 from ..tir_schedules.cpu.conv2d import RowConfig
 from ..topi_kernels import conv2d as cv
+from ..topi_kernels.matmul import ceil_to
 from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, pick_reg_n, placeholders
 from .registry import PLEVEL, Candidate, register
@@ -29,28 +30,38 @@ def _dw_check(wl, target):
     return None
 
 
+def dw_vector(ow: int, ln: int) -> int:
+    """The vector width for an output row of ``ow`` columns: the fewest vectors per row, then
+    the fewest padded columns (a 7-wide row takes one 8-lane vector, a 14-wide one 16 lanes)."""
+    return min((ln, ln // 2), key=lambda w: (-(-ow // w), ceil_to(ow, w)))
+
+
 def _dw_default(wl, target):
-    g, ln = geom(wl), lanes(target)
-    return RowConfig(reg_n=ln if g.OW >= ln else pick_reg_n(g.OW, ln))
+    g = geom(wl)
+    w = dw_vector(g.OW, lanes(target))
+    vecs = 2 if g.OW >= 4 * w else 1  # wide rows: two vectors per tile for more independent FMAs
+    rows = min((4, 3, 2), key=lambda r: (ceil_to(g.OH, r) - g.OH, -r))
+    return RowConfig(reg_n=vecs * w, rows=rows)
 
 
 def _dw_space(wl, target):
-    ln = lanes(target)
-    return [RowConfig(reg_n=r) for r in (4, 8, ln, 2 * ln)]
+    g = geom(wl)
+    w = dw_vector(g.OW, lanes(target))
+    return [RowConfig(reg_n=v * w, rows=r) for v in (1, 2) for r in (1, 2, 4) if v * w <= ceil_to(g.OW, w)]
 
 
 def _dw_build(wl, cfg: RowConfig, target):
     g = geom(wl)
     X, Wt, *extras = placeholders(wl)
-    _, _, D = cv.depthwise_nchw(X, Wt, g, ow_pad=cfg.reg_n, epilogue=wl.epilogue, extras=extras,
-                                out_dtype=wl.out_dtype)
+    _, _, D = cv.depthwise_nchw(X, Wt, g, ow_pad=cfg.reg_n, oh_pad=cfg.rows, epilogue=wl.epilogue,
+                                extras=extras, out_dtype=wl.out_dtype)
     sch = create_schedule([X, Wt, *extras, D])
     sched.schedule_depthwise(sch, cfg, lanes(target))
     return finish(sch, "conv2d.depthwise")
 
 
 register(Candidate("conv2d.depthwise", ("llvm",), PLEVEL.SPECIALIZED, _dw_check, RowConfig,
-                   space=_dw_space, default=_dw_default, build=_dw_build,
+                   space=_dw_space, default=_dw_default, build=_dw_build, version=2, added_knobs=("rows",),
                    estimate=lambda wl, t: cost.depthwise(geom(wl), t)))
 
 

@@ -205,31 +205,36 @@ def conv2d_nhwc(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, kernel_layout="HWIO
 
 # -- depthwise ---------------------------------------------------------------------------------------
 
-def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, epilogue=(), extras=(),
-                   out_dtype="float32"):
+def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1, epilogue=(),
+                   extras=(), out_dtype="float32"):
     """Depthwise (``groups == C``, multiplier ``O // C``)::
 
         D[n, o, oh, ow] = epilogue(sum_{kh, kw} Xpad[n, o // mult, oh*sh + kh*dh, ow*sw + kw*dw] * W[o, 0, kh, kw])
 
-    The padded input ``P`` is materialised in-kernel; ``C`` is computed over
-    ``ow`` padded to ``ow_pad`` so vector tiles divide it. Returns ``(P, C, D)``.
+    The padded input is materialised in-kernel split by column phase,
+    ``P[n, c, hp, ph, q] = Xpad[n, c, hp, q*sw + ph]``, so every tap reads a
+    contiguous run of ``P`` along the output row for any stride (a stride-2
+    tap reads phase ``(kw*dw) % 2`` at offset ``(kw*dw) // 2``). ``C`` is
+    computed over ``ow`` / ``oh`` padded to ``ow_pad`` / ``oh_pad`` so register
+    tiles divide it. Returns ``(P, C, D)``.
     """
     sh, sw = g.stride
     dh, dw = g.dilation
     mult = g.O // g.C
-    OWp = ceil_to(g.OW, ow_pad)
-    Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
-    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
+    OWp, OHp = ceil_to(g.OW, ow_pad), ceil_to(g.OH, oh_pad)
+    Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
+    Q = ceil_to(OWp + ((g.KW - 1) * dw) // sw, ow_pad)  # whole vectors for the pack too
     read = padded_read(X, g)
 
-    def pack(n, c, hp, wp):
+    def pack(n, c, hp, ph, q):
+        wp = q * _i64(sw) + ph
         return tirx.if_then_else(wp < g.W + g.pad[1], read(n, c, hp, wp), _zero(X.dtype))
 
-    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(Wpd)), pack, name="P")
+    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(sw), _i64(Q)), pack, name="P")
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    C = te.compute((_i64(g.N), _i64(g.O), _i64(g.OH), _i64(OWp)), lambda n, o, oh, ow: te.sum(
-        P[n, o // mult, oh * sh + kh * dh, ow * sw + kw * dw].astype(out_dtype)
+    C = te.compute((_i64(g.N), _i64(g.O), _i64(OHp), _i64(OWp)), lambda n, o, oh, ow: te.sum(
+        P[n, o // mult, oh * sh + kh * dh, (kw * dw) % sw, ow + (kw * dw) // sw].astype(out_dtype)
         * Wt[o, _i64(0), kh, kw].astype(out_dtype), axis=[kh, kw]), name="C")
     D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
                         epilogue, extras, out_dtype)

@@ -22,8 +22,9 @@ against 0.57-0.60 with channels first; less exposed to this VM's slow state,
 see README). ``reg_n * ocb / lanes`` accumulators must fit in the 32 zmm
 registers with room for the broadcast and weight vectors: <= 28.
 
-Depthwise (``P``, ``C``, ``D``): parallel over (n, o, oh), output row in
-``lanes``-wide vectors, the 3x3 taps unrolled. NHWC direct: parallel over
+Depthwise (``P``, ``C``, ``D``): parallel over (n, o) planes, each padded
+by its own thread (stride-s columns split into s phases, so taps read
+contiguous vectors), ``rows`` x ``reg_n`` register tiles, taps unrolled. NHWC direct: parallel over
 (n, oh), output channels vectorized innermost, ``reg_n`` columns unrolled.
 """
 from __future__ import annotations
@@ -49,10 +50,12 @@ class DirectConfig:
 @dataclasses.dataclass(frozen=True)
 class RowConfig:
     """Row-tiled kernels (depthwise, NHWC): ``reg_n`` output columns per tile; NHWC also
-    ``ocb`` output channels per tile (a divisor of O)."""
+    ``ocb`` output channels per tile (a divisor of O); depthwise also ``rows`` output rows
+    per register tile."""
 
     reg_n: int = 4
     ocb: int = 0
+    rows: int = 1
 
 
 def _try(fn, *args) -> bool:
@@ -115,24 +118,54 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
 
 
 def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
-    """Blocks ``P``, ``C`` (over padded width), ``D``."""
-    schedule_pack(sch, "P", lanes, 3)
+    """Blocks ``P`` (phase-split padded plane), ``C`` (over padded rows and width), ``D``.
+
+    One thread takes a whole (n, o) plane: it pads its own input plane into ``P``
+    just before use (L2-resident, not a separate pass over memory), then runs
+    register tiles of ``rows`` output rows x ``reg_n`` columns (vectors of
+    ``reg_n``'s vector width), the taps unrolled so LLVM loads each input vector
+    once for every output row that uses it, and writes each finished row block
+    through the epilogue while it is in L1."""
     c = sch.get_sblock("C")
     n, o, oh, ow, kh, kw = sch.get_loops(c)
+    ohb, ohi = sch.split(oh, [None, cfg.rows])
     owo, owi = sch.split(ow, [None, cfg.reg_n])
-    row = sch.fuse(n, o, oh)
-    sch.parallel(row)
-    sch.reorder(row, owo, kh, kw, owi)
+    plane = sch.fuse(n, o)
+    sch.parallel(plane)
+    sch.reorder(plane, ohb, owo, kh, kw, ohi, owi)
+    p = sch.get_sblock("P")
+    sch.compute_at(p, plane)
+    pl = sch.get_loops(p)
+    _vectorize_split(sch, pl[-1], vector_width(extent(sch, pl[-1]), lanes) or extent(sch, pl[-1]) + 1)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
-    sch.unroll(kh)
-    sch.unroll(kw)
-    _vectorize_split(sch, owi, lanes) if cfg.reg_n % lanes == 0 else sch.unroll(owi)
+    vw = vector_width(cfg.reg_n, lanes)
+    for loop in (kh, kw, ohi):
+        sch.unroll(loop)
+    if vw:
+        _, vec = sch.split(owi, [None, vw])
+        sch.vectorize(vec)
+        _vectorize_split(sch, sch.get_loops(cw)[-1], vw)
+    else:
+        sch.unroll(owi)
     d = sch.get_sblock("D")
-    if not _try(sch.reverse_compute_at, d, row):
+    if _try(sch.reverse_compute_at, d, ohb):
+        dl = sch.get_loops(d)
+        _vectorize_split(sch, dl[-1], vector_width(extent(sch, dl[-1]), lanes) or extent(sch, dl[-1]) + 1)
+    else:
         dl = sch.get_loops(d)
         sch.parallel(sch.fuse(*dl[:3]))
     sch.decompose_reduction(c, kh)
+
+
+def vector_width(n: int, lanes: int) -> int:
+    """The widest vector (``lanes``, then half of it, down to 4) dividing ``n``; 0 if none does."""
+    w = lanes
+    while w >= 4:
+        if n % w == 0:
+            return w
+        w //= 2
+    return 0
 
 
 def schedule_nhwc(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
