@@ -194,12 +194,15 @@ class CPUInfo:
     cores: int
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
-    #: sustained clock and full-width vector FMAs issued per cycle (Zen 4: one 512-bit FMA per
-    #: cycle on its two 256-bit pipes); only ratios of estimates matter (``strategies/conv2d_cost.py``)
-    ghz: float = 3.0
-    fma_per_cycle: int = 1
+    #: clock x full-width vector FMAs per cycle, set so that ``peak_flops`` is what the best
+    #: kernel reached here: 141 GFLOP/s on one core (``conv2d.conv1x1``, 64->256 at 56x56), so
+    #: 160 per core; only ratios of estimates matter (``strategies/conv2d_cost.py``)
+    ghz: float = 2.5
+    fma_per_cycle: int = 2
     #: DRAM bandwidth the cores share (a NumPy copy of 256 MiB moved 20-25 GB/s here)
     dram_bytes_per_s: float = 25e9
+    #: what a kernel streams a tensor that fits in L3 at (fitted to the 1x1 convs' pack/unpack cost)
+    stream_bytes_per_s: float = 50e9
 
     @property
     def lanes_f32(self) -> int:
@@ -407,4 +410,3 @@ def provenance_fields() -> tuple:
     """Every registered kind's provenance fields, in table order (a tuning record's target has
     all of them; the ones of other kinds are None)."""
     return tuple(dict.fromkeys(f for row in _KINDS.values() for f in row.provenance_fields))
-

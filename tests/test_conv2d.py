@@ -10,7 +10,7 @@ from ext.testing import assert_close
 from conv2d_helpers import conv_tol, conv_wl, reference
 
 CANDIDATES = ["conv2d.direct_nchwc", "conv2d.direct_nhwc", "conv2d.winograd", "conv2d.im2col",
-              "conv2d.pointwise", "conv2d.depthwise"]
+              "conv2d.pointwise", "conv2d.depthwise", "conv2d.conv1x1"]
 
 # (N, C, H, W, O, K, stride, pad, dilation, groups)
 SHAPES = [
@@ -32,6 +32,9 @@ SHAPES = [
     (1, 32, 9, 9, 40, 1, 1, 0, 1, 1),      # 1x1 reading X in place (C a multiple of the block)
     (2, 16, 7, 5, 24, 1, 1, 0, 1, 1),      # the same, batch 2, odd width
     (1, 64, 14, 14, 64, 3, 1, 1, 1, 1),    # a ResNet layer (smaller)
+    (1, 19, 8, 16, 21, 1, 1, 0, 1, 1),     # 1x1 in place (conv1x1): prime channels, one-vector rows
+    (2, 5, 4, 12, 7, 1, 1, 0, 1, 1),       # 1x1 in place, batch 2, two rows fill three 8-lane vectors
+    (1, 7, 3, 112, 13, 1, 1, 0, 1, 1),     # 1x1 in place, 112-wide rows (7 vectors)
 ]
 
 
@@ -71,6 +74,8 @@ def test_space_points_are_correct(cpu_target, name):
     layout = "NHWC" if name == "conv2d.direct_nhwc" else "NCHW"
     if name == "conv2d.pointwise":
         wl = conv_wl(1, 19, 9, 11, 35, 1, pad=0, layout=layout, epilogue=("bias", "sigmoid"))
+    elif name == "conv2d.conv1x1":
+        wl = conv_wl(1, 19, 8, 16, 35, 1, pad=0, layout=layout, epilogue=("bias", "sigmoid"))
     elif name == "conv2d.depthwise":
         wl = conv_wl(1, 21, 9, 11, 21, 3, groups=21, layout=layout, epilogue=("bias", "sigmoid"))
     else:

@@ -2,23 +2,28 @@
 
 Without a tuning log the Selector compares these estimates among the candidates
 that suit a workload (``select.py``); no candidate's ``suits`` consults a
-sibling. Every estimate is the kernel's work at a fraction of the target's peak
-(``CPUInfo.peak_flops``, ``dram_bytes_per_s``): the fractions are what the
-kernels reached on this machine class (``scripts/bench_conv2d.py``), so the
-estimates rank kernels; they are not predictions to the microsecond.
+sibling. An estimate is the kernel's flops at a fraction of the target's peak
+(``CPUInfo.peak_flops``) plus the bytes it streams (``stream_bytes_per_s``):
+tensors in and out, and the layout passes of the blocked kernels (pack,
+unpack). The fractions were fitted to single-kernel times on this machine
+class (``scripts/bench_conv2d.py --candidates``; 1x1 layers of MobileNetV2 and
+ResNet-50 within ~25%), so the estimates rank kernels; they are not
+predictions to the microsecond.
 
 =======================  =================================================  ==========
-candidate                work                                               efficiency
+candidate                flops / bytes                                      efficiency
 =======================  =================================================  ==========
-conv2d.direct_nchwc      N*OH*OW*O*Cg*KH*KW multiply-adds                    0.60
-conv2d.direct_nhwc       same                                               0.45
-conv2d.winograd          ``winograd_ratio`` x the direct kernel's work        0.48
-conv2d.depthwise         max(multiply-adds, bytes moved / bandwidth)         0.35
-conv2d.pointwise         packing + GEMM                                     0.55
-conv2d.im2col            patch matrix (memory) + GEMM                       0.55
+conv2d.direct_nchwc      2*N*OH*OW*O*Cg*KH*KW; in/out + pack + unpack        0.75
+conv2d.direct_nhwc       same                                               0.55
+conv2d.winograd          ``winograd_ratio`` x the direct kernel's            0.60
+conv2d.depthwise         direct flops; in/out                               0.45
+conv2d.conv1x1           direct flops; in/out (NCHW in place)               0.90, less
+                                                                            past L1
+conv2d.pointwise         GEMM; in/out + input packing + output copy         0.65
+conv2d.im2col            GEMM; in/out + patch matrix + output copy          0.65
 =======================  =================================================  ==========
 
-Winograd's 0.48 = 0.8 x the direct kernel's 0.60: it is chosen where its analytic
+Winograd's 0.60 = 0.8 x the direct kernel's 0.75: it is chosen where its analytic
 work is below 0.8x the direct kernel's (the transforms are memory-bound and the
 batched GEMMs short), which is the rule ResNet-18/50 were tuned with.
 """
@@ -29,8 +34,8 @@ from ..topi_kernels import conv2d as cv
 from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import ceil_to
 
-EFFICIENCY = {"direct_nchwc": 0.60, "direct_nhwc": 0.45, "winograd": 0.48, "depthwise": 0.35,
-              "pointwise": 0.55, "im2col": 0.55}
+EFFICIENCY = {"direct_nchwc": 0.75, "direct_nhwc": 0.55, "winograd": 0.60, "depthwise": 0.45,
+              "pointwise": 0.65, "im2col": 0.65, "conv1x1": 0.90}
 
 #: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)
 WINOGRAD_U_BYTES = 24 * 2 ** 20
@@ -47,13 +52,30 @@ def io_bytes(g: cv.ConvGeom) -> int:
 
 
 def seconds(flops: float, target, efficiency: float, moved_bytes: float = 0.0) -> float:
-    """The larger of compute time at ``efficiency`` x peak and memory time at full bandwidth."""
+    """Compute time at ``efficiency`` x peak plus the time to stream ``moved_bytes`` (the
+    layout passes of a kernel do not overlap its arithmetic)."""
     info = cpu_info(target)
-    return max(flops / (info.peak_flops * efficiency), moved_bytes / info.dram_bytes_per_s)
+    return flops / (info.peak_flops * efficiency) + moved_bytes / info.stream_bytes_per_s
+
+
+def layout_bytes(g: cv.ConvGeom) -> int:
+    """The blocked kernels' extra traffic: the input packed (written and read once more) unless a
+    1x1 stride-1 unpadded conv reads it in place, and the output unpacked from the blocked layout."""
+    packed = not (g.KH == g.KW == 1 and g.stride == (1, 1) and not any(g.pad))
+    return 8 * (g.N * g.C * g.H * g.W * packed + g.N * g.O * g.OH * g.OW)
 
 
 def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc") -> float:
-    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g))
+    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + layout_bytes(g))
+
+
+def conv1x1(g: cv.ConvGeom, target, tile_px: int) -> float:
+    """Reads and writes NCHW in place; slower once one tile's input (``C x tile_px`` floats, read
+    once per output-channel block) outgrows ~48 KiB: it then streams from L2 (144 channels x 112
+    pixels: 0.72 of the small-channel rate, 256: 0.57)."""
+    tile = 4 * g.C * tile_px
+    eff = EFFICIENCY["conv1x1"] * min(1.0, (48 * 1024 / tile) ** 0.5)
+    return seconds(2 * macs(g), target, eff, io_bytes(g))
 
 
 def wino_tile(g: cv.ConvGeom, lanes: int) -> int:
@@ -77,7 +99,7 @@ def winograd_ratio(g: cv.ConvGeom, m: int, lanes: int) -> float:
 def winograd(g: cv.ConvGeom, target) -> float:
     lanes = cpu_info(target).lanes_f32
     work = 2 * macs(g) * winograd_ratio(g, wino_tile(g, lanes), lanes)
-    return seconds(work, target, EFFICIENCY["winograd"], io_bytes(g))
+    return seconds(work, target, EFFICIENCY["winograd"], io_bytes(g) + layout_bytes(g))
 
 
 def depthwise(g: cv.ConvGeom, target) -> float:
@@ -88,4 +110,4 @@ def gemm_lowered(g: cv.ConvGeom, target, variant: str) -> float:
     """pointwise / im2col: the patch (or packed input) matrix is written and read once more."""
     _, P, K = cv.gemm_dims(g)
     extra = 8 * g.N * g.C * g.H * g.W if variant == "pointwise" else 8 * P * K
-    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + extra)
+    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + extra + 8 * g.N * g.O * g.OH * g.OW)

@@ -241,6 +241,22 @@ def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1,
     return P, C, D
 
 
+def conv1x1_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, epilogue=(), extras=(), out_dtype="float32"):
+    """A 1x1 stride-1 unpadded conv read and written in NCHW as it lies (no pack, no unpack)::
+
+        C[n, o, h, w] = sum_c W[o, c, 0, 0] * X[n, c, h, w];   D = epilogue(C)
+
+    Pixels of one channel are contiguous, so a tile of whole output rows is a run
+    of vectors of ``X`` per input channel, multiplied by broadcast weights. Returns ``(C, D)``.
+    """
+    rc = te.reduce_axis((_i64(0), _i64(g.C)), name="rc")
+    C = te.compute((_i64(g.N), _i64(g.O), _i64(g.H), _i64(g.W)), lambda n, o, h, w: te.sum(
+        X[n, rc, h, w].astype(out_dtype) * Wt[o, rc, _i64(0), _i64(0)].astype(out_dtype), axis=rc), name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.H, g.W)), lambda n, o, h, w: C[n, o, h, w],
+                        epilogue, extras, out_dtype)
+    return C, D
+
+
 # -- GEMM forms: pointwise (1x1) and im2col ------------------------------------------------------------
 
 def gemm_dims(g: ConvGeom) -> tuple[int, int, int]:

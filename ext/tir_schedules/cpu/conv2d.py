@@ -158,6 +158,43 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
     sch.decompose_reduction(c, kh)
 
 
+@dataclasses.dataclass(frozen=True)
+class Conv1x1Config:
+    """``rows`` output rows (whole rows: a rectangular tile) x ``ob`` output channels per
+    register tile; ``rows * W / lanes * ob`` accumulators."""
+
+    rows: int = 1
+    ob: int = 3
+
+
+def schedule_conv1x1(sch: s_tir.Schedule, cfg: Conv1x1Config, lanes: int) -> None:
+    """Blocks ``C``, ``D``: parallel over (n, row tiles); per tile every output-channel block
+    in turn (the tile's input, ``C x rows x W`` floats, stays in L1), input channels outermost
+    in the register tile, the epilogue applied in the write-back straight to NCHW."""
+    c = sch.get_sblock("C")
+    n, o, h, w, rc = sch.get_loops(c)
+    ho, hi = sch.split(h, [None, cfg.rows])
+    oo, oi = sch.split(o, [None, cfg.ob])
+    sch.reorder(n, ho, oo, rc, oi, hi, w)
+    px = sch.fuse(hi, w)
+    vec_w = vector_width(extent(sch, px), lanes)
+    pv, lane = sch.split(px, [None, vec_w])
+    par = sch.fuse(n, ho)
+    sch.parallel(par)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, oo)
+    sch.unroll(oi)
+    sch.unroll(pv)
+    sch.vectorize(lane)
+    _try(sch.reverse_compute_inline, sch.get_sblock("D"))
+    wl = sch.get_loops(cw)
+    # (h, w) of the tile are one contiguous run per output channel; with one row the h loop
+    # is gone (extent 1 is not a loop) and w alone is the run
+    inner = sch.fuse(*wl[-2:]) if cfg.rows > 1 else wl[-1]
+    _vectorize_split(sch, inner, vector_width(extent(sch, inner), lanes) or extent(sch, inner) + 1)
+    sch.decompose_reduction(c, rc)
+
+
 def vector_width(n: int, lanes: int) -> int:
     """The widest vector (``lanes``, then half of it, down to 4) dividing ``n``; 0 if none does."""
     w = lanes
