@@ -28,6 +28,7 @@ from tvm import relax
 from . import relax_passes as rp
 from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.fold_batchnorm import FoldBatchNorm
+from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.inplace import UseInplaceCalls
 from .progress import BuildProgress, stage
@@ -80,7 +81,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         cpu_target = target_kind(tgt).cpu
         with tgt:
             seq = tvm.transform.Sequential([
-                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), LayoutPolicy(tgt), rp.FuseEpilogues()]),
+                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt),
+                                rp.FuseEpilogues()]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant()]),
