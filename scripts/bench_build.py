@@ -20,6 +20,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from ext import cli  # noqa: E402
+
 _CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, {root!r})
@@ -61,8 +65,8 @@ def build_once(name: str, mode: str, cache_dir: str) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=["resnet18", "resnet50", "encoder"])
-    p.add_argument("--repeats", type=int, default=3, help="cold/warm/stock builds per model (median)")
-    p.add_argument("--json", help="write the results here")
+    p.add_argument("--repeats", type=cli.count(1), default=3, help="cold/warm/stock builds per model (median)")
+    cli.common_args(p, rounds=None)
     args = p.parse_args()
     rows = []
     print("| model | stock TVM s | ext cold s | cold / stock | ext warm s | warm / stock | cache write s | cold stages (s) |")
@@ -85,9 +89,7 @@ def main() -> int:
         print(f"| {name} | {s:.2f} | {c:.2f} | {c / s:.2f} | {w:.2f} | {w / s:.2f} | {wr:.2f} | {st} |", flush=True)
         rows.append({"model": name, "stock_s": stock, "cold_s": cold, "warm_s": warm, "write_s": writes,
                      "stages": stages})
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    cli.write_json(args.json, rows)
     return 0
 
 

@@ -18,14 +18,15 @@ Run under the shared lock on a shared machine::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import ext  # noqa: E402,F401  (sets TVM_NUM_THREADS; --threads overrides it before any parallel call)
+from ext import bench, cli  # noqa: E402
 
 # (name, C, H, O, K, stride, pad)
 RESNET18 = [
@@ -56,10 +57,9 @@ MODELS = {"resnet18": RESNET18, "resnet50": RESNET50, "small": RESNET18[1:2] + R
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=[*MODELS, "all"], default="resnet18")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=7, help="alternating measurement rounds")
-    p.add_argument("--number", type=int, default=10, help="runs per timing burst")
-    p.add_argument("--threads", type=int, default=0, help="threads for TVM and PyTorch (0: all usable cores)")
+    p.add_argument("--batch", type=cli.count(1), default=1)
+    cli.common_args(p, rounds=7, threads=True, plot=True, rounds_help="alternating measurement rounds")
+    p.add_argument("--number", type=cli.count(1), default=10, help="runs per timing burst")
     p.add_argument("--cpu-time", action="store_true",
                    help="with --threads 1: time by this thread's CPU time (robust on a shared machine)")
     p.add_argument("--settle", type=float, default=0.3,
@@ -68,49 +68,31 @@ def parse_args():
     p.add_argument("--candidates", action="store_true", help="also time every applicable candidate")
     p.add_argument("--stock", action="store_true", help="also time stock TVM's default pipeline (slow)")
     p.add_argument("--layers", default="", help="comma-separated substrings selecting layers")
-    p.add_argument("--json", default="", help="write the results here")
-    p.add_argument("--plot", default="", help="write a bar chart of the ratios here (needs matplotlib)")
     return p.parse_args()
 
 
-#: clock of the timing bursts: wall time, or with --cpu-time this thread's CPU time (single-thread runs:
-#: both TVM's and PyTorch's one-thread kernels run on the calling thread, and time spent preempted by
-#: other processes on a shared machine is not counted)
-CLOCK = {"now": time.perf_counter}
-
-
-def _burst(fn, number):
-    fn()
-    t0 = CLOCK["now"]()
-    for _ in range(number):
-        fn()
-    return (CLOCK["now"]() - t0) / number
-
-
-def vm_timer(ex, x, number):
+def vm_call(ex, x):
+    """One VM call of the built layer on ``x`` (a callable for ``ext.bench``)."""
     import tvm
     from tvm import relax
 
     vm = relax.VirtualMachine(ex, tvm.cpu())
     arg = tvm.runtime.tensor(x)
     main = vm["main"]
-    return lambda: _burst(lambda: main(arg), number)
+    return lambda: main(arg)
 
 
-def torch_timer(x, w, b, stride, pad, number):
+def torch_call(x, w, b, stride, pad):
     import torch
 
     X, W, B = (torch.from_numpy(a) for a in (x, w, b))
-    return lambda: _burst(lambda: torch.nn.functional.conv2d(X, W, B, stride, pad), number)
+    return lambda: torch.nn.functional.conv2d(X, W, B, stride, pad)
 
 
 def main():
     args = parse_args()
-    if args.threads:
-        os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    import ext  # sets TVM_NUM_THREADS before any parallel TVM call
+    threads = cli.apply_threads(args, torch=True)  # before any parallel TVM call
     import numpy as np
-    import torch
     import tvm
     from tvm import relax
 
@@ -118,12 +100,12 @@ def main():
     from ext.runner import CompiledCandidate
     from ext.strategies import REGISTRY
 
-    threads = int(os.environ["TVM_NUM_THREADS"])
-    if args.cpu_time:
-        if threads != 1:
-            raise SystemExit("--cpu-time needs --threads 1 (kernels must run on the calling thread)")
-        CLOCK["now"] = time.thread_time
-    torch.set_num_threads(threads)
+    if args.cpu_time and threads != 1:
+        raise SystemExit("--cpu-time needs --threads 1 (kernels must run on the calling thread)")
+    # the clock of the timing bursts: wall time, or with --cpu-time this thread's CPU time (single-thread
+    # runs: both TVM's and PyTorch's one-thread kernels run on the calling thread, and time spent
+    # preempted by other processes on a shared machine is not counted)
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     target = ext.target.cpu()
     layers = RESNET18 + RESNET50 if args.model == "all" else MODELS[args.model]
     if args.layers:
@@ -142,22 +124,17 @@ def main():
         dec = ext.last_report().find("conv2d")[0]
         why = next((a.reason for a in dec.alternatives if a.status == "unsuited" and "Winograd" in a.reason), "")
         why = why or dec.reason
-        ext_t, tor_t = vm_timer(ex, x, args.number), torch_timer(x, w, b, s, p, args.number)
-        ext_t(), tor_t()  # warm up
-        te_, tt_, ratios = [], [], []
-        for _ in range(args.rounds):
-            time.sleep(args.settle)
-            a = ext_t()
-            time.sleep(args.settle)
-            c = tor_t()
-            te_.append(a)
-            tt_.append(c)
-            ratios.append(a / c)
-        # rounds where PyTorch ran within 25% of its best: other work on the cores slows both at random
-        calm = [r for r, c in zip(ratios, tt_) if c <= 1.25 * min(tt_)]
-        row = {"layer": name, "pick": dec.name, "config": dec.to_json()["config"], "ext_ms": statistics.median(te_) * 1e3,
-               "torch_ms": statistics.median(tt_) * 1e3, "ratio": statistics.median(calm), "best_ratio": min(ratios),
-               "all_rounds_ratio": statistics.median(ratios),
+        calls = {"ext": vm_call(ex, x), "torch": torch_call(x, w, b, s, p)}
+        for fn in calls.values():  # warm-up burst
+            bench.burst(fn, number=args.number, clock=clock)
+        times = bench.rounds(calls, args.rounds, settle=args.settle, number=args.number, clock=clock)
+        # ratio over the rounds where PyTorch ran within 25% of its best: other work on the cores slows
+        # both at random; times are medians over all rounds
+        st = bench.summarize(times, "torch", busy=1.25, keep_half=False)
+        row = {"layer": name, "pick": dec.name, "config": dec.to_json()["config"],
+               "ext_ms": st["ext"]["median_all_s"] * 1e3, "torch_ms": st["torch"]["median_all_s"] * 1e3,
+               "ratio": st["ext"]["ratio"], "best_ratio": st["ext"]["best_ratio"],
+               "all_rounds_ratio": st["ext"]["ratio_all"],
                "why": why, "candidates": {}}
         if args.candidates:
             wl = dec.workload
@@ -173,7 +150,7 @@ def main():
                     row["candidates"][cand.name] = f"failed: {type(err).__name__}"
         if args.stock:
             stock = relax.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p)), tvm.target.Target(target))
-            row["stock_ms"] = vm_timer(stock, x, 1)() * 1e3
+            row["stock_ms"] = bench.burst(vm_call(stock, x), number=1, clock=clock) * 1e3
         results.append(row)
         print(f"{name:24s} {dec.name:22s} {row['ext_ms']:8.3f} {row['torch_ms']:8.3f} {row['ratio']:6.2f} "
               f"{row['best_ratio']:6.2f}  {why}", flush=True)
@@ -184,15 +161,9 @@ def main():
     s1 = [r["ratio"] for r in results if "3x3 " in r["layer"] and "/2" not in r["layer"]]
     if s1:
         print(f"geometric mean ratio, 3x3 stride-1 layers: {math.exp(sum(map(math.log, s1)) / len(s1)):.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": threads, "batch": args.batch, "results": results}, f, indent=1)
+    cli.write_json(args.json, {"threads": threads, "batch": args.batch, "results": results})
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = cli.pyplot()
         fig, ax = plt.subplots(figsize=(10, 4))
         ax.bar(range(len(results)), [r["ratio"] for r in results])
         ax.axhline(1.0, color="k", lw=0.8)

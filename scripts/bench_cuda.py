@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np  # noqa: E402
 
 import ext  # noqa: E402
+from ext import cli  # noqa: E402
 from ext.strategies import PLEVEL, REGISTRY  # noqa: E402
 from ext.workload import Workload  # noqa: E402
 
@@ -285,13 +286,14 @@ def label(wl):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", nargs="+", default=["gemm", "conv", "norm"], choices=["gemm", "conv", "norm"])
-    ap.add_argument("--quick", action="store_true", help="fewer shapes, default configs only")
-    ap.add_argument("--gemm-shapes", nargs="+", metavar="MxNxK", help="GEMM shapes (default 1024^3 and 4096^3)")
+    cli.common_args(ap, rounds=None, quick="fewer shapes, default configs only",
+                    json="output JSON path (default $OUT/bench_cuda.json or ./out/bench_cuda.json)")
+    ap.add_argument("--gemm-shapes", nargs="+", type=cli.parse_shape, metavar="MxNxK",
+                    help="GEMM shapes (default 1024^3 and 4096^3)")
     ap.add_argument("--dry-run", action="store_true", help="build every kernel and check launch limits; no GPU")
     ap.add_argument("--arch", help="CUDA arch (default: the GPU's, or sm_80 for --dry-run)")
     ap.add_argument("--no-stock", action="store_true", help="skip stock TVM (dlight)")
     ap.add_argument("--stock-timeout", type=int, default=120, help="seconds per stock TVM build+run")
-    ap.add_argument("--json", help="output JSON path (default $OUT/bench_cuda.json or ./out/bench_cuda.json)")
     ap.add_argument("--stock-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.stock_child:
@@ -304,14 +306,11 @@ def main(argv=None):
     target = ext.target.cuda(arch)
     print(f"target: {ext.target.describe(target)}; dry run: {args.dry_run}", flush=True)
     path = args.json or os.path.join(os.environ.get("OUT") or "out", "bench_cuda.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    gemm_shapes = [tuple(int(v) for v in g.lower().split("x")) for g in args.gemm_shapes or []]
-    todo, rows = cases(args.sections, args.quick, gemm_shapes), []
+    todo, rows = cases(args.sections, args.quick, args.gemm_shapes), []
 
     def save(summary=None):
-        with open(path, "w") as f:
-            json.dump({"target": ext.target.describe(target), "dry_run": args.dry_run, "rows": rows,
-                       "summary": summary}, f, indent=1)
+        cli.write_json(path, {"target": ext.target.describe(target), "dry_run": args.dry_run, "rows": rows,
+                              "summary": summary})
 
     if not args.dry_run and not args.no_stock:  # first, so a time-out later still leaves a baseline
         t0 = time.time()

@@ -11,7 +11,6 @@ shapes, M == 1, use ``x @ W + b``). Prints GFLOPS and time ratios to NumPy
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -23,23 +22,16 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
+from ext import cli  # noqa: E402
 from ext.bench import gflops, interleaved  # noqa: E402
 from ext.models.gemm import dense  # noqa: E402
 from ext.runner import CompiledCandidate  # noqa: E402
 from ext.strategies import REGISTRY  # noqa: E402
 
-DEFAULT_SHAPES = ["1024x1024x1024", "1x4096x4096", "128x768x3072", "64x64x64", "777x333x1000"]
+DEFAULT_SHAPES = [(1024, 1024, 1024), (1, 4096, 4096), (128, 768, 3072), (64, 64, 64), (777, 333, 1000)]
 #: stock TVM's default CPU pipeline runs at ~0.6 GFLOPS here; skip it past this estimate
 STOCK_LIMIT_S = 10.0
 STOCK_GFLOPS_ESTIMATE = 0.6
-
-
-def parse_shape(s: str):
-    try:
-        m, n, k = (int(v) for v in s.lower().split("x"))
-    except ValueError:
-        raise SystemExit(f"bad shape {s!r}: expected MxNxK, e.g. 1024x1024x1024") from None
-    return m, n, k
 
 
 def bench_shape(M, N, K, target, rounds, stock, libraries=True):
@@ -111,11 +103,7 @@ def print_table(rows):
 
 
 def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = cli.pyplot()
     names = sorted({k for r in rows for k in r["results"]})
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
     width = 0.8 / len(names)
@@ -132,12 +120,11 @@ def plot(rows, path):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES, help="MxNxK shapes")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds")
+    ap.add_argument("--shapes", nargs="+", type=cli.parse_shape, default=DEFAULT_SHAPES, metavar="MxNxK",
+                    help="GEMM shapes (default: %s)" % " ".join(map(cli.format_shape, DEFAULT_SHAPES)))
+    cli.common_args(ap, rounds=7, threads=True, plot=True)
     ap.add_argument("--no-stock", action="store_true", help="skip stock TVM")
     ap.add_argument("--no-libraries", action="store_true", help="ext's own kernels only (no vendor libraries)")
-    ap.add_argument("--json", help="write results as JSON")
-    ap.add_argument("--plot", help="write a PNG bar chart")
     ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: run scripts/bench_cuda.py's GEMM section on these shapes (needs a GPU)")
     args = ap.parse_args(argv)
@@ -145,21 +132,19 @@ def main(argv=None):
         from bench_cuda import main as cuda_main
 
         extra = ["--json", args.json] if args.json else []
-        return cuda_main(["--sections", "gemm", "--gemm-shapes", *args.shapes] + extra
+        return cuda_main(["--sections", "gemm", "--gemm-shapes", *map(cli.format_shape, args.shapes)] + extra
                          + (["--no-stock"] if args.no_stock else []))
+    threads = cli.apply_threads(args)
     target = ext.target.cpu()
-    print(f"target: {ext.target.describe(target)}; numpy threads via OpenBLAS; TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}")
+    print(f"target: {ext.target.describe(target)}; numpy threads via OpenBLAS; TVM_NUM_THREADS={threads}")
     rows = []
-    for s in args.shapes:
-        M, N, K = parse_shape(s)
+    for M, N, K in args.shapes:
         row = bench_shape(M, N, K, target, args.rounds, not args.no_stock, libraries=not args.no_libraries)
         print(f"{row['shape']}: ext picked {row['chosen']} ({row['source']}), max abs err {row['max_abs_err']:.2e}, "
               f"build {row['build_s']:.1f} s {row['stock_note']}", flush=True)
         rows.append(row)
     print_table(rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    cli.write_json(args.json, rows)
     if args.plot:
         plot(rows, args.plot)
 

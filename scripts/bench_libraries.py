@@ -28,8 +28,8 @@ conv2d with a constant OIHW weight, "same" padding, bias + relu.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
 import sys
 import time
 
@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
+from ext import cli  # noqa: E402
 from ext.bench import gflops, interleaved  # noqa: E402
 from ext.models.conv import conv_bias_relu  # noqa: E402
 from ext.strategies import REGISTRY, SelectionReport  # noqa: E402
@@ -68,13 +69,14 @@ class Force:
 
 
 def parse_case(case: str):
+    """``"64x128x64:b12"`` -> (M, N, K, runtime_weight, batch, plain); a bad case names its field."""
     head, *flags = case.lower().split(":")
-    try:
-        m, n, k = (int(v) for v in head.split("x"))
-    except ValueError:
-        raise SystemExit(f"bad case {case!r}: expected MxNxK[:t][:b<B>][:plain]") from None
+    m, n, k = cli.parse_shape(head)
+    unknown = [f for f in flags if f not in ("t", "plain") and not re.fullmatch(r"b[1-9]\d*", f)]
+    if unknown:
+        raise cli.ShapeError(f"bad case {case!r}: unknown suffix {unknown[0]!r} (expected MxNxK[:t][:b<B>][:plain])")
     batch = next((int(f[1:]) for f in flags if f.startswith("b")), None)
-    return m, n, k, ":t" in ":" + ":".join(flags), batch, "plain" in flags
+    return m, n, k, "t" in flags, batch, "plain" in flags
 
 
 def model(M, N, K, runtime_weight, batch, plain, seed=0):
@@ -116,13 +118,21 @@ def model(M, N, K, runtime_weight, batch, plain, seed=0):
 
 
 def parse_conv(case: str):
-    import re
-
+    """``"conv:c64h56o64k3s2"`` -> (C, H, O, K, S); stride 1 when ``s`` is left out."""
     m = re.fullmatch(r"conv:c(\d+)h(\d+)o(\d+)k(\d+)(?:s(\d+))?", case.lower())
     if not m:
-        raise SystemExit(f"bad conv case {case!r}: expected conv:c<C>h<H>o<O>k<K>[s<S>]")
+        raise cli.ShapeError(f"bad conv case {case!r}: expected conv:c<C>h<H>o<O>k<K>[s<S>]")
     c, h, o, k, s = (int(v) if v else 1 for v in m.groups())
+    for name, value in zip("choks", (c, h, o, k, s)):
+        if value < 1:
+            raise cli.ShapeError(f"bad conv case {case!r}: {name} is {value}, not a positive integer")
     return c, h, o, k, s
+
+
+def check_case(case: str) -> str:
+    """argparse ``type``: the case string itself, once it parses."""
+    (parse_conv if case.lower().startswith("conv:") else parse_case)(case)
+    return case
 
 
 def conv_model(C, H, O, K, S, seed=0):
@@ -181,27 +191,6 @@ class BenchLock:
             self.f.close()
 
 
-def rotated(contenders: dict, reference: str, rounds: int, min_seconds: float = 0.05,
-            settle: float = 0.25) -> dict:
-    """Like ``ext.bench.interleaved`` but the order rotates every round."""
-    import statistics
-
-    from ext.bench import burst
-
-    names = list(contenders)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            times[n].append(burst(contenders[n], min_seconds))
-            time.sleep(settle)  # let a library's spinning threads go idle before the next contender
-    ref = times[reference]
-    keep = [i for i, t in enumerate(ref) if t <= 1.5 * min(ref)]
-    if len(keep) < (rounds + 1) // 2:
-        keep = sorted(range(rounds), key=lambda i: ref[i])[: (rounds + 1) // 2]
-    return {n: {"median_s": statistics.median(ts[i] for i in keep), "best_s": min(ts),
-                "ratio": statistics.median(ts[i] / ref[i] for i in keep)} for n, ts in times.items()}
-
-
 def bench_case(case, target, rounds, lock, cache):
     if case.lower().startswith("conv:"):
         op = "conv2d"
@@ -235,8 +224,8 @@ def bench_case(case, target, rounds, lock, cache):
         out = call().numpy()
         errs[label] = float(np.abs(out - ref).max())
         contenders[label], picks[label], builds[label] = call, f"{d.name} ({d.source})", secs
-    with lock:
-        res = rotated(contenders, "ours", rounds)
+    with lock:  # the order rotates: a library's spinning thread pool slows whatever runs next
+        res = interleaved(contenders, "ours", rounds, rotate=True)
     libs = [k for k in contenders if k not in ("ours", "ext", "measured")]
     best_lib = min(libs, key=lambda k: res[k]["ratio"]) if libs else None
     floor = min([1.0] + [res[k]["ratio"] for k in libs])  # ratio to "ours" of the faster of (ours, best library)
@@ -277,12 +266,13 @@ def fmt_ms(v):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", nargs="+", default=DEFAULT_CASES, help="MxNxK[:t][:b<B>][:plain]")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds")
+    ap.add_argument("--cases", nargs="+", type=check_case, default=DEFAULT_CASES,
+                    help="MxNxK[:t][:b<B>][:plain] or conv:c<C>h<H>o<O>k<K>[s<S>]")
+    cli.common_args(ap, rounds=7, threads=True)
     ap.add_argument("--no-overhead", action="store_true", help="skip the call-overhead table")
     ap.add_argument("--lock", default="/tmp/ext-bench.lock", help="flock file held while timing ('' = none)")
-    ap.add_argument("--json", help="write results as JSON")
     args = ap.parse_args(argv)
+    cli.apply_threads(args)
     target = ext.target.cpu()
     lock = BenchLock(args.lock)
     print(f"target: {ext.target.describe(target)}")
@@ -320,9 +310,7 @@ def main(argv=None):
         for k, v in ov.items():
             print(f"| {k} | {v['median_s'] * 1e6:.2f} us | {v['ratio']:.2f}x |")
         out["overhead_64"] = ov
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=str)
+    cli.write_json(args.json, out, default=str)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import time
 
 import ext  # noqa: F401 - sets TVM_NUM_THREADS before any TVM parallel call
 import numpy as np
@@ -38,6 +36,9 @@ import tvm
 from tvm import relax
 from tvm.tirx import IndexMap
 
+from ext import cli
+from ext.bench import Contender, calibrate, summarize
+from ext.bench import rounds as bench_rounds
 from ext.runner import CompiledCandidate
 from ext.strategies import candidates
 
@@ -129,31 +130,9 @@ def ops():
 
 # -- timing --------------------------------------------------------------------------------------------
 
-class Contender:
-    """A callable timed in bursts of ``n`` calls (``n`` calibrated to ~BURST_S)."""
-
-    def __init__(self, name, fn=None, tvm_timer=None, setup=None):
-        self.name, self.fn, self.tvm_timer, self.times = name, fn, tvm_timer, []
-        self.setup = setup or (lambda: None)
-        self.n = 1
-        self.setup()
-        first = self._once(1)
-        self.n = max(MIN_CALLS, min(2000, int(BURST_S / max(first, 1e-7))))
-
-    def _once(self, n):
-        if self.tvm_timer is not None:
-            self.tvm_timer(1)  # warm-up call, as for the Python callables below
-            return self.tvm_timer(n)
-        self.fn()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            self.fn()
-        return (time.perf_counter() - t0) / n
-
-    def burst(self):
-        self.setup()
-        self.times.append(self._once(self.n))
-        time.sleep(PAUSE_S)
+def _contender(fn=None, timer=None, setup=None) -> Contender:
+    """A contender timed in bursts of as many calls as fit in ~BURST_S (at least MIN_CALLS)."""
+    return calibrate(Contender(fn=fn, timer=timer, setup=setup), BURST_S, min_calls=MIN_CALLS)
 
 
 def _vm_timer(ex, args):
@@ -180,7 +159,7 @@ def _check(name, got, want, rtol=1e-4, atol=1e-4):
         raise AssertionError(f"{name}: result differs from NumPy (max abs err {np.abs(got - want).max():.3g})")
 
 
-def bench_op(spec, rounds, target, stat="min"):
+def bench_op(spec, rounds, target, stat="min", cores=None):
     name, size, shapes, body, np_fn, torch_fn = spec
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=s).astype("float32") for s in shapes]
@@ -194,11 +173,11 @@ def bench_op(spec, rounds, target, stat="min"):
            atol=1e-4 * max(1.0, math.sqrt(xs[0].size) / 10))
     stock = relax.build(mod, target)
     tx = [torch.from_numpy(x) for x in xs]
-    cores = ext.target.usable_cores()
-    contenders = [Contender("ext", tvm_timer=_vm_timer(ex, targs)), Contender("stock", tvm_timer=_vm_timer(stock, targs)),
-                  Contender("torch", fn=lambda: torch_fn(*tx), setup=lambda: torch.set_num_threads(cores)),
-                  Contender("torch1", fn=lambda: torch_fn(*tx), setup=lambda: torch.set_num_threads(1)),
-                  Contender("numpy", fn=lambda: np_fn(*xs))]
+    cores = cores or ext.target.usable_cores()
+    contenders = {"ext": _contender(timer=_vm_timer(ex, targs)), "stock": _contender(timer=_vm_timer(stock, targs)),
+                  "torch": _contender(lambda: torch_fn(*tx), setup=lambda: torch.set_num_threads(cores)),
+                  "torch1": _contender(lambda: torch_fn(*tx), setup=lambda: torch.set_num_threads(1)),
+                  "numpy": _contender(lambda: np_fn(*xs))}
     picks = []
     for d in report.decisions:
         picks.append(d.name)
@@ -207,14 +186,10 @@ def bench_op(spec, rounds, target, stat="min"):
                 continue
             cc = CompiledCandidate(cand, d.workload, cand.default_config(d.workload, target), target)
             kin = [np.ascontiguousarray(x).reshape(s) for x, s in zip(xs, d.workload.shapes)]
-            contenders.append(Contender(cand.name, tvm_timer=_kernel_timer(cc, kin)))
-    for r in range(rounds):
-        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]  # rotate who goes first
-        for c in order:
-            c.burst()
+            contenders[cand.name] = _contender(timer=_kernel_timer(cc, kin))
+    by = bench_rounds(contenders, rounds, settle=PAUSE_S, rotate=True)  # rotate who goes first
     pick = min if stat == "min" else statistics.median
-    med = {c.name: pick(c.times) for c in contenders}
-    by = {c.name: c.times for c in contenders}
+    med = {name: pick(ts) for name, ts in by.items()}
     # PyTorch's best configuration: its OpenMP team suffers on a loaded 2-core box, one thread may win
     best_torch = min(("torch", "torch1"), key=lambda k: med[k])
     med["torch"], by["torch"] = med.pop(best_torch), by[best_torch]
@@ -222,7 +197,8 @@ def bench_op(spec, rounds, target, stat="min"):
     if stat == "min":
         ratio = lambda a, b: med[a] / med[b]  # noqa: E731
     else:
-        ratio = lambda a, b: statistics.median(x / y for x, y in zip(by[a], by[b]))  # noqa: E731
+        # medians of per-round ratios over every round (no busy round dropped)
+        ratio = lambda a, b: summarize({a: by[a], b: by[b]}, b, busy=None)[a]["ratio"]  # noqa: E731
     return {"op": name, "size": size, "pick": "+".join(picks) or "fallback (fused element-wise)",
             "torch_threads": 1 if best_torch == "torch1" else cores,
             "us": {k: v * 1e6 for k, v in med.items()},
@@ -245,12 +221,13 @@ def table(rows):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", nargs="*", help="op names to run (default: all), e.g. softmax layer_norm sum(-1)")
-    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds per op (default 15)")
+    cli.common_args(p, rounds=15, threads=True, rounds_help="interleaved rounds per op")
     p.add_argument("--stat", choices=("min", "median"), default="min",
                    help="per-contender statistic over rounds (default: min)")
-    p.add_argument("--json", help="also write the rows as JSON to this path")
     args = p.parse_args(argv)
-    torch.set_num_threads(ext.target.usable_cores())
+    cli.apply_threads(args)
+    cores = args.threads or ext.target.usable_cores()  # PyTorch's "all cores" contender
+    torch.set_num_threads(cores)
     target = ext.target.cpu()
     specs = [s for s in ops() if not args.ops or s[0] in args.ops]
     if not specs:
@@ -259,12 +236,10 @@ def main(argv=None):
           f"{args.rounds} rounds, statistic: {args.stat}")
     rows = []
     for spec in specs:
-        rows.append(bench_op(spec, args.rounds, target, args.stat))
+        rows.append(bench_op(spec, args.rounds, target, args.stat, cores))
         print(f"  {rows[-1]['op']} {rows[-1]['size']}: ext {rows[-1]['us']['ext']:.1f} us", flush=True)
     print(table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    cli.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ slow state lasting seconds in which ext's memory-heavy kernels run up to 2x slow
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -27,17 +26,15 @@ import ext  # noqa: E402  (first: sets TVM_NUM_THREADS)
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from ext.bench import bench_threads, interleaved, onnxruntime_session  # noqa: E402
+from ext import cli  # noqa: E402
+from ext.bench import burst, interleaved, onnxruntime_session  # noqa: E402
 from ext.bench import output_errors as errors  # noqa: E402
+from ext.cli import log  # noqa: E402
 from ext.frontend import from_torch  # noqa: E402
 from ext.models import TORCH_MODELS, torch_model  # noqa: E402
 
 #: one stock-TVM call is timed once when it is this slow or slower (it has no schedule)
 SLOW_S = 1.0
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def time_once_or_burst(fn) -> float:
@@ -46,8 +43,6 @@ def time_once_or_burst(fn) -> float:
     first = time.perf_counter() - t0
     if first >= SLOW_S:
         return first
-    from ext.bench import burst
-
     return burst(fn, min_seconds=0.3)
 
 
@@ -152,14 +147,7 @@ def print_table(results):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no chart (pip install matplotlib)")
-        return
+    plt = cli.pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, res in zip(axes[0], results):
         labels = list(res["rows"])
@@ -179,18 +167,17 @@ def main(argv=None):
     ap.add_argument("--tuning-log", help="also build ext with this tuning log")
     ap.add_argument("--ms-trials", type=int, default=0, help="also tune stock TVM with MetaSchedule (N trials)")
     ap.add_argument("--no-stock", action="store_true", help="skip stock TVM (slow: no CPU schedule)")
-    ap.add_argument("--rounds", type=int, default=7)
+    cli.common_args(ap, rounds=7, threads=True, json=False)
     ap.add_argument("--profile", action="store_true", help="print where ext's time goes, per kernel")
     ap.add_argument("--out", default="out/compare", help="directory for results.json, chart and reports")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
 
-    threads = bench_threads()
+    threads = cli.apply_threads(args, torch=True)
     log(f"target: {ext.target.describe(ext.target.cpu())}; PyTorch, onnxruntime and TVM all use {threads} threads")
     results = [run_model(name, args, threads) for name in args.models]
     print_table(results)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    cli.write_json(os.path.join(args.out, "results.json"), results)
     plot(results, os.path.join(args.out, "compare.png"))
 
 

@@ -19,17 +19,21 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
+from ext import cli  # noqa: E402
 from ext.bench import interleaved  # noqa: E402
 from ext.models.gemm import dense, numpy_reference  # noqa: E402
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="1024x1024x1024", help="MxNxK")
+    ap.add_argument("--shape", type=cli.parse_shape, default=(1024, 1024, 1024), metavar="MxNxK",
+                    help="GEMM shape (default 1024x1024x1024)")
+    cli.common_args(ap, rounds=7, threads=True, json=False)
     ap.add_argument("--report", default=None, help="write the selection report JSON here")
     ap.add_argument("--no-stock", action="store_true", help="skip stock TVM (slow: unscheduled loops)")
     args = ap.parse_args(argv)
-    M, N, K = (int(v) for v in args.shape.split("x"))
+    M, N, K = args.shape
+    cli.apply_threads(args)
     target = ext.target.cpu()
     print(f"target: {ext.target.describe(target)}")
     mod, params = dense(M, N, K)
@@ -44,7 +48,8 @@ def main(argv=None):
     vm = relax.VirtualMachine(ex, dev)
     err = float(np.abs(vm["main"](xt).numpy() - numpy_reference(x, params)).max())
     w, b = params["w"], params["b"]
-    res = interleaved({"numpy": lambda: np.maximum(x @ w + b, 0), "ext": lambda: vm["main"](xt)}, "numpy")
+    res = interleaved({"numpy": lambda: np.maximum(x @ w + b, 0), "ext": lambda: vm["main"](xt)}, "numpy",
+                      rounds=args.rounds)
     flops = 2.0 * M * N * K
     print(f"max abs error vs NumPy: {err:.2e}")
     for name, r in res.items():

@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
+from ext import cli  # noqa: E402
 from ext.bench import burst  # noqa: E402
 from ext.models.conv import conv_bias_relu  # noqa: E402
 
@@ -70,7 +71,7 @@ def sgemm_gflops(cpu: int | None, cpus: list[int], n: int = 256) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=12)
+    cli.common_args(ap, rounds=12, json=False, rounds_help="measurement rounds")
     ap.add_argument("--no-torch", action="store_true", help="do not run PyTorch between rounds")
     args = ap.parse_args(argv)
     threads = int(os.environ["TVM_NUM_THREADS"])

@@ -27,33 +27,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import ext  # noqa: E402
 
+from ext import cli  # noqa: E402
 from ext.strategies import REGISTRY  # noqa: E402
 from ext.strategies.registry import config_to_dict  # noqa: E402
 from ext.strategies.select import Selector  # noqa: E402
 from ext.tuning import CostModel, LocalMeasurer, Settings, TuningLog  # noqa: E402
 from ext.workload import Workload  # noqa: E402
 
-TRAIN = ["256x256x256", "512x512x512", "128x768x768", "384x1024x256", "1024x256x512", "64x512x1024"]
-HELDOUT = ["320x640x448", "768x384x384", "192x1024x512", "96x256x768"]
+TRAIN = [(256, 256, 256), (512, 512, 512), (128, 768, 768), (384, 1024, 256), (1024, 256, 512), (64, 512, 1024)]
+HELDOUT = [(320, 640, 448), (768, 384, 384), (192, 1024, 512), (96, 256, 768)]
 
 
-def gemm(shape: str) -> Workload:
-    try:
-        M, N, K = (int(v) for v in shape.lower().split("x"))
-    except ValueError:
-        raise SystemExit(f"bad shape {shape!r}: expected MxNxK") from None
+def gemm(shape: tuple[int, int, int]) -> Workload:
+    """The biased relu GEMM workload of ``(M, N, K)``."""
+    M, N, K = shape
     return Workload("matmul", [(M, K), (K, N), (N,)], ["float32"] * 3, "float32",
                     attrs={"transpose_b": False, "b_const": True, "out_shape": (M, N)}, epilogue=("bias", "relu"))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train", nargs="+", default=TRAIN, help="training GEMM shapes MxNxK")
-    p.add_argument("--heldout", nargs="+", default=HELDOUT, help="held-out GEMM shapes MxNxK")
-    p.add_argument("--train-trials", type=int, default=30, help="trials per training shape")
+    p.add_argument("--train", nargs="+", type=cli.parse_shape, default=TRAIN, metavar="MxNxK",
+                   help="training GEMM shapes")
+    p.add_argument("--heldout", nargs="+", type=cli.parse_shape, default=HELDOUT, metavar="MxNxK",
+                   help="held-out GEMM shapes")
+    p.add_argument("--train-trials", type=cli.count(1), default=30, help="trials per training shape")
     p.add_argument("--train-log", default="costmodel_train.jsonl")
     p.add_argument("--heldout-log", default="costmodel_heldout.jsonl")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved re-measurement rounds of the picks")
+    cli.common_args(p, rounds=3, json=False, rounds_help="interleaved re-measurement rounds of the picks")
     args = p.parse_args(argv)
     target = ext.target.cpu()
     train, held = [gemm(s) for s in args.train], [gemm(s) for s in args.heldout]

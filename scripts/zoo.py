@@ -35,10 +35,6 @@ sys.path.insert(0, ROOT)
 TOLERANCE = 1e-4
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 # ----------------------------------------------------------------------------- one model (subprocess)
 
 
@@ -51,11 +47,12 @@ def run_one(name: str, quick: bool, rounds: int) -> dict:
     import tvm
     from tvm import relax
 
-    from ext.bench import bench_threads, interleaved, onnxruntime_session, output_errors
+    from ext.bench import interleaved, onnxruntime_session, output_errors
+    from ext.cli import apply_threads
     from ext.frontend import from_torch
     from ext.models.zoo import zoo_model
 
-    threads = bench_threads()
+    threads = apply_threads(torch=True)  # TVM_NUM_THREADS, as the parent set it
     row: dict = {"model": name, "quick": quick, "threads": threads}
     stage = "construct"
     try:
@@ -171,14 +168,9 @@ def summary(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    try:
-        import matplotlib
+    from ext.cli import log, pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib not installed: no chart (pip install -e .[plot])")
-        return
+    plt = pyplot()
     timed = [r for r in rows if "ext_vs_ort" in r]
     if not timed:
         log("no model was timed against onnxruntime: no chart")
@@ -195,24 +187,25 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def main(argv=None) -> int:
+    import ext  # sets TVM_NUM_THREADS (--threads overrides it below), which the workers inherit
+    from ext import cli
+    from ext.cli import log
     from ext.models.zoo import ZOO
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=list(ZOO), metavar="NAME",
                     help=f"zoo models (default: all): {', '.join(ZOO)}")
-    ap.add_argument("--quick", action="store_true", help="small configs (the test suite's)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (0: correctness only)")
+    cli.common_args(ap, rounds=7, min_rounds=0, threads=True, plot=True, quick="small configs (the test suite's)",
+                    rounds_help="interleaved timing rounds (0: correctness only)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model before it is killed")
-    ap.add_argument("--json", help="write the rows to this JSON file")
-    ap.add_argument("--plot", help="write a chart of ext/ORT per model to this PNG")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     unknown = [m for m in args.models if m not in ZOO]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")
-    if args.rounds < 0 or args.timeout <= 0:
-        ap.error("--rounds must be >= 0 and --timeout > 0")
+    if not args.timeout > 0:
+        ap.error(f"--timeout must be > 0 seconds, got {args.timeout}")
 
     if args.worker:
         row = run_one(args.worker, args.quick, args.rounds)
@@ -220,7 +213,7 @@ def main(argv=None) -> int:
             json.dump(row, f)
         return 0
 
-    import ext  # sets TVM_NUM_THREADS, which the workers inherit
+    cli.apply_threads(args)
 
     log(f"target: {ext.target.describe(ext.target.cpu())}; ext, PyTorch and onnxruntime on "
         f"{os.environ['TVM_NUM_THREADS']} threads; {'quick' if args.quick else 'full-size'} configs")
@@ -233,10 +226,8 @@ def main(argv=None) -> int:
         rows.append(row)
     print_table(rows)
     print(f"\n{summary(rows)}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"quick": args.quick, "rounds": args.rounds, "threads": int(os.environ["TVM_NUM_THREADS"]),
-                       "tolerance": TOLERANCE, "rows": rows}, f, indent=1)
+    if cli.write_json(args.json, {"quick": args.quick, "rounds": args.rounds, "threads": int(os.environ["TVM_NUM_THREADS"]),
+                                  "tolerance": TOLERANCE, "rows": rows}):
         log(f"wrote {args.json}")
     if args.plot:
         plot(rows, args.plot)

@@ -25,10 +25,11 @@ import json
 import os
 import statistics
 import threading
-import time
 
 import numpy as np
 import tvm
+
+from .. import bench
 
 #: context-manager factory held around each timing race (benchmarks set a file lock here so
 #: concurrent benchmarks on shared cores do not overlap; compilation stays outside it)
@@ -36,17 +37,6 @@ timing_lock = contextlib.nullcontext
 
 #: default cache file (override with the EXT_LIBRARY_TIMINGS environment variable)
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "ext", "library_timings.json")
-
-
-def _burst(fn, min_seconds: float, max_iters: int = 2000) -> float:
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_seconds or n >= max_iters:
-            return elapsed / n
 
 
 def _suffix(cfg, space) -> str:
@@ -62,19 +52,14 @@ def _suffix(cfg, space) -> str:
 #: cores a noisy round must not swap in a library that is slower in steady state
 MARGIN = 0.9
 
-#: pause after each burst so a library's spinning threads go idle before the next contender
+#: pause before each burst so a library's spinning threads go idle before the next contender
 SETTLE_S = 0.01
 
 
 def race(calls: dict, rounds: int = 5, min_seconds: float = 0.02) -> dict:
-    """Per-round mean seconds per call of each contender, in rotated-order rounds."""
-    names = list(calls)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
-            times[n].append(_burst(calls[n], min_seconds))
-            time.sleep(SETTLE_S)
-    return times
+    """Per-round mean seconds per call of each contender, in rotated-order rounds (``ext.bench.rounds``
+    with this module's settle and a 2000-call cap per burst)."""
+    return bench.rounds(calls, rounds, min_seconds, settle=SETTLE_S, rotate=True, max_iters=2000)
 
 
 def pick(times: dict, ours: str) -> str:

@@ -11,17 +11,15 @@ the schedules are ``tir_schedules/cuda/{softmax,norm,reduce}.py``. float32 only
 """
 from __future__ import annotations
 
-from tvm import te
-
 from ..tir_schedules.common import WARP_SIZE, create_schedule, finish
 from ..tir_schedules.cuda import norm as norm_sched
 from ..tir_schedules.cuda import reduce as red_sched
 from ..tir_schedules.cuda import softmax as sm_sched
 from ..tir_schedules.cuda.reduce import ThreadsConfig
 from ..tir_schedules.cuda.softmax import RowConfig
-from ..topi_kernels import norm
 from ..topi_kernels import reduce as red
 from .layer_norm import _check as _ln_check
+from .layer_norm import layer_norm_tensors
 from .reduce import _check as _red_check
 from .reduce import _placeholder
 from .registry import PLEVEL, Candidate, register
@@ -51,13 +49,7 @@ register(Candidate("softmax.cuda_rows", ("cuda",), PLEVEL.BLOCKED, check_rows, R
 # -- layer_norm.cuda_rows ------------------------------------------------------------------------
 
 def _ln_build(wl, cfg: RowConfig, target):
-    rows, n = wl.shapes[0]
-    X = te.placeholder((norm._i64(rows), norm._i64(n)), dtype=wl.dtypes[0], name="X")
-    G = te.placeholder((norm._i64(n),), dtype=wl.dtypes[1], name="gamma")
-    B = te.placeholder((norm._i64(n),), dtype=wl.dtypes[2], name="beta")
-    Y = norm.layer_norm_rows(X, G, B, rows, n, eps=float(wl.attr("eps", 1e-5)),
-                             center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)))
-    sch = create_schedule([X, G, B, Y])
+    sch = create_schedule(layer_norm_tensors(wl))
     norm_sched.schedule_layer_norm(sch, cfg)
     return finish(sch, "layer_norm.cuda_rows")
 

@@ -53,16 +53,22 @@ def _default(wl, target):
     return RowConfig(rows_per_task=1, lanes=_lanes(target))
 
 
+def layer_norm_tensors(wl: Workload, pad_to: int = 1) -> list[te.Tensor]:
+    """``[X, gamma, beta, Y]`` of the workload's layer_norm compute (shared with ``cuda_norm.py``);
+    ``pad_to``: rows padded to whole vectors of that many lanes for the row statistics."""
+    rows, n = wl.shapes[0]
+    X = te.placeholder((norm._i64(rows), norm._i64(n)), dtype=wl.dtypes[0], name="X")
+    G = te.placeholder((norm._i64(n),), dtype=wl.dtypes[1], name="gamma")
+    B = te.placeholder((norm._i64(n),), dtype=wl.dtypes[2], name="beta")
+    Y = norm.layer_norm_rows(X, G, B, rows, n, eps=float(wl.attr("eps", 1e-5)),
+                             center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)), pad_to=pad_to)
+    return [X, G, B, Y]
+
+
 def _builder(name):
     def build(wl, cfg: RowConfig, target):
-        rows, n = wl.shapes[0]
-        X = te.placeholder((norm._i64(rows), norm._i64(n)), dtype=wl.dtypes[0], name="X")
-        G = te.placeholder((norm._i64(n),), dtype=wl.dtypes[1], name="gamma")
-        B = te.placeholder((norm._i64(n),), dtype=wl.dtypes[2], name="beta")
-        Y = norm.layer_norm_rows(X, G, B, rows, n, eps=float(wl.attr("eps", 1e-5)),
-                                 center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)),
-                                 pad_to=cfg.lanes if n >= 2 * cfg.lanes else 1)
-        sch = create_schedule([X, G, B, Y])
+        n = wl.shapes[0][1]
+        sch = create_schedule(layer_norm_tensors(wl, pad_to=cfg.lanes if n >= 2 * cfg.lanes else 1))
         schedule_layer_norm(sch, cfg)
         return finish(sch, name)
 

@@ -76,6 +76,21 @@ def _select(index, branches):
     return out
 
 
+def _second_pass(T: te.Tensor, M: np.ndarray, k: int, name: str) -> te.Tensor:
+    """The right-hand factor of a separable transform over ``T[e, n, th, tw, c]`` grouped by
+    ``alpha = M.shape[0]`` rows: ``out[a * k + j, ...] = sum_r M[r, j] * T[a * alpha + r, ...]``
+    (``B`` of ``B^T d B`` with ``k = alpha``, ``A`` of ``A^T M A`` with ``k = m``)."""
+    alpha, dt = M.shape[0], T.dtype
+    groups = int(T.shape[0]) // alpha
+
+    def body(e, n, th, tw, c):
+        a = e // k
+        branches = [_lin([(M[r, j], T[a * alpha + r, n, th, tw, c]) for r in range(alpha)], dt) for j in range(k)]
+        return _select(e % k, branches)
+
+    return te.compute(tuple(_i64(int(d)) for d in (groups * k, *T.shape[1:])), body, name=name)
+
+
 def filter_transform(Wt: te.Tensor, g: ConvGeom, m: int, nb: int, kb: int) -> te.Tensor:
     """``U[e, jb, k, jl] = (G W[o, k] G^T)[e]`` for ``o = jb*nb + jl``, zero past ``O`` and ``C``.
 
@@ -120,14 +135,7 @@ def data_transform(X: te.Tensor, g: ConvGeom, m: int, kb: int):
     tile_shape = (g.N, TH, TW, Cp)
     T1 = te.compute(tuple(_i64(d) for d in (alpha * alpha, *tile_shape)), t1, name="T1")
 
-    def v(e, n, th, tw, c):
-        eps = e // alpha
-        branches = [_lin([(B[r2, nu], T1[eps * alpha + r2, n, th, tw, c]) for r2 in range(alpha)], dt)
-                    for nu in range(alpha)]
-        return _select(e % alpha, branches)
-
-    V = te.compute(tuple(_i64(d) for d in (alpha * alpha, *tile_shape)), v, name="V")
-    return P, T1, V
+    return P, T1, _second_pass(T1, B, alpha, "V")
 
 
 def batched_gemm(V: te.Tensor, U: te.Tensor, *, O: int, mb: int, nb: int, out_dtype="float32"):
@@ -165,13 +173,7 @@ def inverse_transform(MM: te.Tensor, g: ConvGeom, m: int, epilogue=(), extras=()
 
     Z1 = te.compute(tuple(_i64(d) for d in (m * alpha, *tile_shape)), z1, name="Z1")
 
-    def y(e2, n, th, tw, o):
-        i = e2 // m
-        branches = [_lin([(A[nu, j], Z1[i * alpha + nu, n, th, tw, o]) for nu in range(alpha)], dt)
-                    for j in range(m)]
-        return _select(e2 % m, branches)
-
-    Y = te.compute(tuple(_i64(d) for d in (m * m, *tile_shape)), y, name="Y")
+    Y = _second_pass(Z1, A, m, "Y")
 
     def at(n, o, h, w):
         return Y[(h % m) * m + w % m, n, h // m, w // m, o]
