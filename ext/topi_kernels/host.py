@@ -77,6 +77,13 @@ def swap_last_two(B: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.swapaxes(B, -1, -2))
 
 
+@twin("matmul.batch_operand")
+def batch_operand(B: np.ndarray, *, transpose: bool, cols: int) -> np.ndarray:
+    """``topi_kernels.matmul.batch_operand``: ``(..., K, cols)``, zero past ``N``."""
+    kn = np.swapaxes(B, -1, -2) if transpose else B
+    return np.ascontiguousarray(_pad_to(kn, kn.shape[:-1] + (cols,)))
+
+
 @twin("conv2d.pack_nchwc")
 def pack_weight_nchwc(W: np.ndarray, *, OB: int, RC: int, icb: int, ocb: int) -> np.ndarray:
     """``Wp[ob, rc, kh, kw, ri, oi] = W[ob*ocb + oi, rc*icb + ri, kh, kw]``, zero past O and C/g."""

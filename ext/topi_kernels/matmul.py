@@ -59,9 +59,10 @@ def matmul_tiled(A: te.Tensor, B: te.Tensor, *, M: int, N: int, K: int, b_layout
 
 
 def batch_matmul(A: te.Tensor, B: te.Tensor, *, out_shape, transpose_b: bool, epilogue=(), extras=(),
-                 out_dtype="float32", pad_rows: int = 1, pad_cols: int = 1):
+                 out_dtype="float32", pad_rows: int = 1, pad_cols: int = 1, b_cols: int | None = None):
     """Batched ``D[b.., i, j] = epilogue(sum_k A[b.., i, k] * B[b.., k, j])`` with NumPy broadcasting
-    over the batch dims (``B`` may be 2-D). ``C`` is padded like ``matmul_tiled``'s."""
+    over the batch dims (``B`` may be 2-D). ``C`` is padded like ``matmul_tiled``'s; ``b_cols``:
+    B is already zero-padded to that many columns (``batch_operand``), read without clamping."""
     out_shape = [int(d) for d in out_shape]
     nbatch = len(out_shape) - 2
     M, N = out_shape[-2], out_shape[-1]
@@ -75,7 +76,7 @@ def batch_matmul(A: te.Tensor, B: te.Tensor, *, out_shape, transpose_b: bool, ep
 
     def c_body(*idx):
         bidx, i, j = idx[:nbatch], idx[-2], idx[-1]
-        jj = _clamp(j, N, Np)
+        jj = j if b_cols is not None and b_cols >= Np else _clamp(j, N, Np)
         a = A[tuple(batch_idx(A, bidx)) + (_clamp(i, M, Mp), k)]
         b = B[tuple(batch_idx(B, bidx)) + ((jj, k) if transpose_b else (k, jj))]
         return te.sum(a * b, axis=k)
@@ -90,6 +91,22 @@ class _Shape:
 
     def __init__(self, shape):
         self.shape = shape
+
+
+def batch_operand(B: te.Tensor, *, transpose: bool, cols: int) -> te.Tensor:
+    """``Bt[..., k, j] = B(..., k, j)`` (``B[..., j, k]`` when ``transpose``), zero for ``j >= N``:
+    the batch kernel's B contiguous along ``j`` and ``cols`` wide, so its inner loop is plain
+    vector loads (a clamped or transposed index would make each one a gather)."""
+    shape = [int(d) for d in B.shape]
+    N, K = (shape[-2], shape[-1]) if transpose else (shape[-1], shape[-2])
+
+    def body(*idx):
+        k, j = idx[-2], idx[-1]
+        jj = te.min(j, _i64(N - 1))
+        val = B[idx[:-2] + ((jj, k) if transpose else (k, jj))]
+        return val if cols == N else tirx.if_then_else(j < N, val, tirx.const(0, B.dtype))
+
+    return te.compute([_i64(d) for d in shape[:-2]] + [_i64(K), _i64(cols)], body, name="Bt")
 
 
 def swap_last_two(B: te.Tensor) -> te.Tensor:
