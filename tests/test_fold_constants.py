@@ -51,7 +51,7 @@ CASES = _transforms()
 
 def test_every_twin_is_exercised():
     names = {str(host.lookup(f)[0].__name__) for *_, f in CASES}
-    assert {"pack_weight", "pack_weight_nchwc", "winograd_filter", "weight_matrix", "swap_last_two"} <= names
+    assert {"pack_weight", "pack_weight_nchwc", "winograd_filter", "weight_matrix", "batch_operand"} <= names
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1].shapes[1]))}")

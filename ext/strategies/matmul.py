@@ -272,6 +272,10 @@ def _batch_space(wl, target):
             for par in ("panels", "none")]
 
 
+def _batch_cols(wl, cfg) -> int:
+    return mm.ceil_to(_batch_dims(wl)[1], cfg.nb)
+
+
 def _batch_transforms(wl, cfg, target):
     """B made contiguous along N and padded with zeros to whole ``nb`` panels first (one copy of
     B, folded when it is constant): a transposed B read in place, or a clamped index at the

@@ -72,11 +72,6 @@ def pack_weight(B: np.ndarray, *, N: int, nb: int, layout: str) -> np.ndarray:
     return np.ascontiguousarray(_pad_to(kn, (K, P * nb)).reshape(K, P, nb).transpose(1, 0, 2))
 
 
-@twin("matmul.swap_last_two")
-def swap_last_two(B: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.swapaxes(B, -1, -2))
-
-
 @twin("matmul.batch_operand")
 def batch_operand(B: np.ndarray, *, transpose: bool, cols: int) -> np.ndarray:
     """``topi_kernels.matmul.batch_operand``: ``(..., K, cols)``, zero past ``N``."""

@@ -109,13 +109,6 @@ def batch_operand(B: te.Tensor, *, transpose: bool, cols: int) -> te.Tensor:
     return te.compute([_i64(d) for d in shape[:-2]] + [_i64(K), _i64(cols)], body, name="Bt")
 
 
-def swap_last_two(B: te.Tensor) -> te.Tensor:
-    """``Bt[..., k, j] = B[..., j, k]``: a transposed batch operand made contiguous along ``j``."""
-    shape = list(B.shape)
-    out = shape[:-2] + [shape[-1], shape[-2]]
-    return te.compute(out, lambda *idx: B[idx[:-2] + (idx[-1], idx[-2])], name="Bt")
-
-
 def pack_weight(B: te.Tensor, *, N: int, K: int, nb: int, b_layout: str) -> te.Tensor:
     """Panels ``Bp[p, k, l] = B(k, p*nb + l)``, zero past column ``N``.
 
