@@ -51,7 +51,21 @@ RESNET50 = [
     ("r50.3x3 7x7x512", 512, 7, 512, 3, 1, 1),
     ("r50.1x1 7x7 512->2048", 512, 7, 2048, 1, 1, 0),
 ]
-MODELS = {"resnet18": RESNET18, "resnet50": RESNET50, "small": RESNET18[1:2] + RESNET18[8:9]}
+# MobileNetV2 (groups as an 8th field; depthwise: groups == C == O)
+MOBILENET = [
+    ("mv2.dw3x3 112x112x32", 32, 112, 32, 3, 1, 1, 32),
+    ("mv2.dw3x3 56x56x144", 144, 56, 144, 3, 1, 1, 144),
+    ("mv2.dw3x3/2 112->56x96", 96, 112, 96, 3, 2, 1, 96),
+    ("mv2.dw3x3 28x28x192", 192, 28, 192, 3, 1, 1, 192),
+    ("mv2.dw3x3 14x14x576", 576, 14, 576, 3, 1, 1, 576),
+    ("mv2.1x1 112x112 16->96", 16, 112, 96, 1, 1, 0),
+    ("mv2.1x1 56x56 96->24", 96, 56, 24, 1, 1, 0),
+    ("mv2.1x1 56x56 24->144", 24, 56, 144, 1, 1, 0),
+    ("mv2.1x1 28x28 32->192", 32, 28, 192, 1, 1, 0),
+    ("mv2.1x1 14x14 384->64", 384, 14, 64, 1, 1, 0),
+]
+MODELS = {"resnet18": RESNET18, "resnet50": RESNET50, "mobilenet": MOBILENET,
+          "small": RESNET18[1:2] + RESNET18[8:9]}
 
 
 def parse_args():
@@ -82,11 +96,11 @@ def vm_call(ex, x):
     return lambda: main(arg)
 
 
-def torch_call(x, w, b, stride, pad):
+def torch_call(x, w, b, stride, pad, groups=1):
     import torch
 
     X, W, B = (torch.from_numpy(a) for a in (x, w, b))
-    return lambda: torch.nn.functional.conv2d(X, W, B, stride, pad)
+    return lambda: torch.nn.functional.conv2d(X, W, B, stride, pad, 1, groups)
 
 
 def main():
@@ -107,7 +121,7 @@ def main():
     # preempted by other processes on a shared machine is not counted)
     clock = time.thread_time if args.cpu_time else time.perf_counter
     target = ext.target.cpu()
-    layers = RESNET18 + RESNET50 if args.model == "all" else MODELS[args.model]
+    layers = RESNET18 + RESNET50 + MOBILENET if args.model == "all" else MODELS[args.model]
     if args.layers:
         layers = [lay for lay in layers if any(s in lay[0] for s in args.layers.split(","))]
     rng = np.random.default_rng(0)
@@ -115,16 +129,17 @@ def main():
     print(f"threads={threads} batch={args.batch} rounds={args.rounds} clock={'thread CPU' if args.cpu_time else 'wall'}"
           f" ({ext.target.describe(target)})")
     print(f"{'layer':24s} {'pick':22s} {'ext ms':>8s} {'torch ms':>8s} {'ratio':>6s} {'best':>6s}  why")
-    for name, C, H, O, K, s, p in layers:
+    for name, C, H, O, K, s, p, *rest in layers:
+        g = rest[0] if rest else 1
         N = args.batch
         x = rng.uniform(-1, 1, (N, C, H, H)).astype("float32")
-        w = rng.uniform(-1, 1, (O, C, K, K)).astype("float32") / math.sqrt(C * K * K)
+        w = rng.uniform(-1, 1, (O, C // g, K, K)).astype("float32") / math.sqrt(C // g * K * K)
         b = rng.uniform(-1, 1, (O,)).astype("float32")
-        ex = ext.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p)), target)
+        ex = ext.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p), g), target)
         dec = ext.last_report().find("conv2d")[0]
         why = next((a.reason for a in dec.alternatives if a.status == "unsuited" and "Winograd" in a.reason), "")
         why = why or dec.reason
-        calls = {"ext": vm_call(ex, x), "torch": torch_call(x, w, b, s, p)}
+        calls = {"ext": vm_call(ex, x), "torch": torch_call(x, w, b, s, p, g)}
         for fn in calls.values():  # warm-up burst
             bench.burst(fn, number=args.number, clock=clock)
         times = bench.rounds(calls, args.rounds, settle=args.settle, number=args.number, clock=clock)
@@ -149,7 +164,7 @@ def main():
                 except Exception as err:  # noqa: BLE001 - report and go on
                     row["candidates"][cand.name] = f"failed: {type(err).__name__}"
         if args.stock:
-            stock = relax.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p)), tvm.target.Target(target))
+            stock = relax.build(conv_bias_relu(x.shape, w, b, (s, s), (p, p), g), tvm.target.Target(target))
             row["stock_ms"] = bench.burst(vm_call(stock, x), number=1, clock=clock) * 1e3
         results.append(row)
         print(f"{name:24s} {dec.name:22s} {row['ext_ms']:8.3f} {row['torch_ms']:8.3f} {row['ratio']:6.2f} "
