@@ -194,9 +194,10 @@ class CPUInfo:
     cores: int
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
-    #: clock x full-width vector FMAs per cycle, set so that ``peak_flops`` is what the best
-    #: kernel reached here: 141 GFLOP/s on one core (``conv2d.conv1x1``, 64->256 at 56x56), so
-    #: 160 per core; only ratios of estimates matter (``strategies/conv2d_cost.py``)
+    #: clock x full-width vector FMAs per cycle (server Xeons and Zen 5: two 512-bit FMA units),
+    #: set so that ``peak_flops`` is a little above what the best kernel reached on this VM's
+    #: Xeon: 141 GFLOP/s on one core (``conv2d.conv1x1``, 64->256 at 56x56); only ratios of
+    #: estimates matter (``strategies/conv2d_cost.py``)
     ghz: float = 2.5
     fma_per_cycle: int = 2
     #: DRAM bandwidth the cores share (a NumPy copy of 256 MiB moved 20-25 GB/s here)
@@ -410,3 +411,15 @@ def provenance_fields() -> tuple:
     """Every registered kind's provenance fields, in table order (a tuning record's target has
     all of them; the ones of other kinds are None)."""
     return tuple(dict.fromkeys(f for row in _KINDS.values() for f in row.provenance_fields))
+
+
+def npu(rows: int = 16, cols: int = 16, dataflow: str = "auto", **kwargs) -> Target:
+    """A simulated systolic-array NPU with this CPU as host (see ``ext.npu.target.npu``)."""
+    from .npu.target import npu as _npu
+
+    return _npu(rows, cols, dataflow, **kwargs)
+
+
+from .npu import target as _npu_target  # noqa: E402  (the npu row; imports this module's names)
+
+_npu_target.register()

@@ -32,6 +32,9 @@ class SelectionReport:
     def add(self, decision: Decision) -> None:
         key = decision.workload.key
         if key not in self.uses:
+            describe = getattr(decision.config, "describe_decision", None)  # e.g. an NPU's simulated cycles
+            if callable(describe):
+                describe(decision)
             self.decisions.append(decision)
         self.uses[key] = self.uses.get(key, 0) + 1
 
