@@ -65,17 +65,21 @@ def test_build_uses_best_valid_record_and_report_says_log(tmp_path, cpu_target):
 def test_unseen_workload_uses_model_trained_on_log(tmp_path, cpu_target):
     log = TuningLog(tmp_path / "t.jsonl")
     rng = np.random.default_rng(0)
+    # a clear landscape (nb=32 and parallel tiles 3x better), so the model beats its held-out error
     for M, N, K in [(64, 64, 64), (128, 128, 64), (96, 64, 128), (64, 256, 32)]:
         wl = gemm_wl(M, N, K)
-        for nb in (16, 32, 64):
-            for mb in (2, 4):
-                write(log, cpu_target, wl, "matmul.packed", {"mb": mb, "nb": nb, "parallel": "tiles"},
-                      1e-5 * (1 + abs(nb - 32) / 16 + rng.random() * 0.1))
+        for cand in ("matmul.packed", "matmul.direct"):
+            for nb in (16, 32, 64):
+                for mb in (2, 4):
+                    for par in ("tiles", "none"):
+                        write(log, cpu_target, wl, cand, {"mb": mb, "nb": nb, "parallel": par},
+                              1e-5 * (1 + abs(nb - 32) / 16 + rng.random() * 0.1) * (3 if par == "none" else 1))
     mod, params = dense(80, 96, 48)
     x = rng.standard_normal((80, 48)).astype("float32")
     ex = ext.build(mod, cpu_target, tuning_log=log.path)
     (d,) = ext.last_report().find("matmul")
-    assert d.source == "model" and d.cost is not None and d.cost > 0
+    assert d.source == "model" and d.cost is not None and d.cost > 0, d.reason
+    assert "beyond its held-out error" in d.reason and d.to_json()["config"]["parallel"] != "none"
     assert "model" in ext.last_report().table()
     assert_close(run_relax(ex, x), numpy_reference(x, params), rtol=1e-5, atol=1e-4, what="model-chosen build")
 

@@ -161,10 +161,29 @@ class Selector:
         return Decision(wl, best, best.default_config(wl, self.target), "plevel", alts, why)
 
     def _by_model(self, wl, usable, alts) -> Decision | None:
+        """The cost model's pick for a workload the log has not measured, only when it is confident.
+
+        The model must predict its best (candidate, config) faster than the untuned choice (what
+        this Selector picks without log or model: candidate + default config) by more than its
+        error on held-out workloads (``model.margin``, a fraction; 10% for a model that reports
+        none). Otherwise None (the rules after it decide), with a ``cost model: declined``
+        alternative saying why: a model trained on a few workloads must not replace hand-set
+        defaults with configurations nobody measured (issue 18: tuned ResNet-18 17% slower).
+        """
+        default = Selector(self.target, libraries=self.libraries, registry=self.registry).choose(
+            wl, failed={c.name: "not usable" for c in self.registry.for_op(wl.op) if c not in usable})
         points = []
         for c in usable:
             space = c.space(wl, self.target) or [c.default_config(wl, self.target)]
             points += [(c, cfg) for cfg in space]
+        dropped = getattr(self.history, "dropped", None)  # points the end-to-end check found slower in place
+        if dropped:
+            from ..tuning.log import point_key
+
+            points = [(c, cfg) for c, cfg in points if point_key(wl.key, c.name, config_to_dict(cfg)) not in dropped]
+        if default.candidate is not None and not any(
+                c is default.candidate and config_to_dict(cfg) == config_to_dict(default.config) for c, cfg in points):
+            points.append((default.candidate, default.config))
         try:
             costs = self.model.predict(wl, self.target, points)
         except Exception:  # an untrained or mismatched model must never break a build
@@ -174,13 +193,33 @@ class Selector:
         best_cost = {}
         for (c, cfg), cost in zip(points, costs):
             if c.name not in best_cost or cost < best_cost[c.name][0]:
-                best_cost[c.name] = (cost, cfg)
+                best_cost[c.name] = (float(cost), cfg)
         winner = min(best_cost, key=lambda n: best_cost[n][0])
+        t_best, cfg_best = best_cost[winner]
+        if default.candidate is not None:
+            t_def = next(float(cost) for (c, cfg), cost in zip(points, costs) if c is default.candidate
+                         and config_to_dict(cfg) == config_to_dict(default.config))
+            if winner == default.name and config_to_dict(cfg_best) == config_to_dict(default.config):
+                return None  # the model agrees with the default: the default's own rule says why
+            margin = getattr(self.model, "margin", None)
+            margin = 0.10 if margin is None else float(margin)
+            gain = t_def / t_best - 1 if t_best > 0 else 0.0
+            pick = f"{winner} " + (",".join(f"{k}={v}" for k, v in config_to_dict(cfg_best).items()) or "default")
+            if not gain > margin:
+                why = ("no held-out error (trained on too few workloads)" if margin == float("inf")
+                       else f"predicted gain {gain:.0%} < margin {margin:.0%}")
+                alts.append(Alternative("cost model", "declined", f"not confident: {why} (its pick: {pick}, "
+                                        f"{t_best * 1e3:.3g} ms vs default {t_def * 1e3:.3g} ms)", t_best))
+                return None
         cand = self.registry.get(winner)
         lost = [Alternative(n, "lost", "cost model predicts slower", float(v[0]))
                 for n, v in best_cost.items() if n != winner]
-        return Decision(wl, cand, best_cost[winner][1], "model", alts + lost,
-                        "cost model's fastest predicted (candidate, config)", float(best_cost[winner][0]))
+        if default.candidate is None:
+            why = "cost model's fastest predicted (candidate, config)"
+        else:
+            why = (f"cost model predicts {gain:.0%} faster than the default ({default.name}, "
+                   f"{t_def * 1e3:.3g} ms), beyond its held-out error {margin:.0%}")
+        return Decision(wl, cand, cfg_best, "model", alts + lost, why, t_best)
 
 
 def choose(wl: Workload, target, **kwargs) -> Decision:

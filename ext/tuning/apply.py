@@ -4,8 +4,9 @@
 the ``History`` answers ``best(workload, target)`` with the fastest correct
 valid record (Selector source ``log``); a ``CostModel`` trained on every valid
 ``ok`` record of the log, across workloads, predicts for workloads the log has
-not seen (source ``model``); with too few records there is no model and the
-Selector falls back to ``plevel``. Stale and malformed records are reported as
+not seen (source ``model``, only when its predicted gain over the untuned
+choice exceeds its held-out error, ``CostModel.margin``); with too few records
+there is no model and the Selector falls back to ``plevel``. Stale and malformed records are reported as
 warnings with counts (``TuningLogWarning``) and never used.
 
 ``apply_history_best(path)`` makes every ext build inside the ``with`` block

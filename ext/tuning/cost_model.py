@@ -26,6 +26,17 @@ Options (``loss``):
 
 Interface: ``fit(records, target)``, ``predict(wl, target, points)``,
 ``save(path)`` / ``load(path)`` (predictions identical after a round trip).
+
+Held-out error (``error``, ``margin``): the Selector asks the model about
+workloads the log has never measured, so what matters is how well it ranks two
+points of an *unseen* workload. ``fit`` therefore first trains on the records of
+three quarters of the workloads and predicts the held-out quarter: for every
+pair of points of one held-out workload, the error of the predicted time ratio
+against the measured one, in log space; ``error`` is the 90th percentile of
+those (``margin`` = ``exp(error) - 1``, e.g. 0.18: ratios within 18%). Only then
+is the final model trained on everything. With fewer than two workloads (or no
+held-out pair) nothing can be held out: ``error`` is infinite and the Selector
+never trusts the model over the defaults.
 """
 from __future__ import annotations
 
@@ -39,6 +50,12 @@ import numpy as np
 from ..workload import Workload
 
 KNOB_SLOTS = 32
+#: share of the workloads held out to estimate ``CostModel.error``
+HOLDOUT_SHARE = 0.25
+#: percentile of the held-out pairwise ratio errors reported as ``CostModel.error``
+ERROR_PERCENTILE = 90
+#: held-out pairs sampled per workload (keeps validation linear in the records)
+MAX_PAIRS_PER_WORKLOAD = 400
 _OPS = ("matmul", "conv2d", "softmax", "layer_norm", "attention", "reduce", "elemwise")
 
 
@@ -134,6 +151,13 @@ class CostModel:
         self.booster = None
         self.cand_names: list[str] = []
         self.n_train = 0
+        self.error = math.inf  # log-space ratio error on held-out workloads (see the module doc)
+        self.n_heldout = 0  # held-out pairs behind ``error``
+
+    @property
+    def margin(self) -> float:
+        """``error`` as a fraction: a predicted gain below it is within the model's held-out error."""
+        return math.exp(self.error) - 1 if math.isfinite(self.error) else math.inf
 
     @property
     def trained(self) -> bool:
@@ -144,16 +168,59 @@ class CostModel:
 
         return sorted(c.name for c in REGISTRY)
 
-    def fit(self, records, target) -> "CostModel":
-        """Train on the ``ok`` records (any workloads); returns self (untrained if too few)."""
-        import xgboost as xgb
+    def fit(self, records, target, validate: bool = True) -> "CostModel":
+        """Train on the ``ok`` records (any workloads); returns self (untrained if too few).
 
+        ``validate``: first estimate ``error`` on held-out workloads (module doc); without it
+        ``error`` stays infinite (the search only ranks, it does not need the error).
+        """
         ok = [r for r in records if r.status == "ok" and r.seconds]
+        self.error, self.n_heldout = math.inf, 0
         if len(ok) < self.min_records:
             self.booster, self.n_train = None, len(ok)
             return self
+        if validate:
+            self.error, self.n_heldout = self._held_out_error(ok, target)
+        self.booster = self._train(ok, target)
+        self.n_train = len(ok)
+        return self
+
+    def _held_out_error(self, ok: list, target) -> tuple[float, int]:
+        """(percentile log-ratio error over held-out pairs, pair count); ``(inf, 0)`` when impossible."""
+        import random
+
+        wls = sorted({r.workload for r in ok})
+        if len(wls) < 2 or self.loss == "rank":  # ranking scores are no times: their ratios mean nothing
+            return math.inf, 0
+        rng = random.Random(self.seed)
+        rng.shuffle(wls)
+        held = set(wls[: max(1, round(len(wls) * HOLDOUT_SHARE))])
+        train = [r for r in ok if r.workload not in held]
+        if len(train) < self.min_records:
+            return math.inf, 0
+        probe = CostModel(self.loss, self.rounds, self.seed, self.min_records)
+        probe.params = dict(self.params)
+        probe.booster, probe.cand_names = probe._train(train, target), self._names()
+        errs = []
+        for key in sorted(held):
+            recs = [r for r in ok if r.workload == key]
+            if len(recs) < 2:
+                continue
+            pred = probe.predict(recs[0].wl, target, [(r.candidate, r.config) for r in recs])
+            logs = [(math.log(p), math.log(r.seconds)) for p, r in zip(pred, recs)]
+            pairs = [(i, j) for i in range(len(logs)) for j in range(i + 1, len(logs))]
+            if len(pairs) > MAX_PAIRS_PER_WORKLOAD:
+                pairs = rng.sample(pairs, MAX_PAIRS_PER_WORKLOAD)
+            errs += [abs((logs[i][0] - logs[j][0]) - (logs[i][1] - logs[j][1])) for i, j in pairs]
+        if not errs:
+            return math.inf, 0
+        return float(np.percentile(errs, ERROR_PERCENTILE)), len(errs)
+
+    def _train(self, ok: list, target):
+        import xgboost as xgb
+
         if self.loss == "rank":
-            ok.sort(key=lambda r: r.workload)
+            ok = sorted(ok, key=lambda r: r.workload)
         self.cand_names = self._names()
         hw = _hw(target)
         X = np.array([features(r.wl, r.candidate, r.config, hw, self.cand_names) for r in ok], dtype="float64")
@@ -167,9 +234,7 @@ class CostModel:
                     last = r.workload
                 groups[-1] += 1
             dtrain.set_group(groups)
-        self.booster = xgb.train(self.params, dtrain, num_boost_round=self.rounds)
-        self.n_train = len(ok)
-        return self
+        return xgb.train(self.params, dtrain, num_boost_round=self.rounds)
 
     def predict_scores(self, wl: Workload, target, points) -> np.ndarray:
         """Predicted log-GFLOPS (``reg``) or ranking scores (``rank``) of ``[(candidate, config)]``."""
@@ -199,7 +264,8 @@ class CostModel:
         self.booster.save_model(os.fspath(path))
         with open(os.fspath(path) + ".meta.json", "w") as f:
             json.dump({"loss": self.loss, "rounds": self.rounds, "seed": self.seed, "params": self.params,
-                       "cand_names": self.cand_names, "n_train": self.n_train}, f)
+                       "cand_names": self.cand_names, "n_train": self.n_train,
+                       "error": self.error if math.isfinite(self.error) else None, "n_heldout": self.n_heldout}, f)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CostModel":
@@ -209,6 +275,8 @@ class CostModel:
             meta = json.load(f)
         model = cls(loss=meta["loss"], rounds=meta["rounds"], seed=meta["seed"])
         model.params, model.cand_names, model.n_train = meta["params"], meta["cand_names"], meta["n_train"]
+        err = meta.get("error")
+        model.error, model.n_heldout = (float(err) if err is not None else math.inf), int(meta.get("n_heldout", 0))
         model.booster = xgb.Booster()
         model.booster.load_model(os.fspath(path))
         return model

@@ -1,5 +1,9 @@
 """``History``: the best valid record per workload of a tuning log, as the ``Selector`` sees it.
 
+Never picked: points measured ``wrong`` once, and points the end-to-end check
+``dropped`` (faster alone, slower inside the model: the workload keeps its
+untuned choice, whose baseline record is then the best one left).
+
 Built by ``TuningLog.history()`` once the log's records are read and validated (``log.py``).
 """
 from __future__ import annotations
@@ -19,9 +23,11 @@ class History:
         self.records, self.stale = records, stale or Staleness()
         self.invalid, self.malformed, self.path = int(invalid), int(malformed), path
         self._best: dict[str, Record] = {}
-        wrong = {r.key for r in records if r.status == "wrong"}  # once wrong, never trusted
+        # once wrong, never trusted; dropped by the end-to-end check: slower in the model than the default
+        skip = {r.key for r in records if r.status in ("wrong", "dropped")}
+        self.dropped = {r.key for r in records if r.status == "dropped"}
         for r in records:
-            if r.status != "ok" or r.key in wrong:
+            if r.status != "ok" or r.key in skip:
                 continue
             cur = self._best.get(r.workload)
             if cur is None or r.seconds < cur.seconds:

@@ -5,7 +5,7 @@ A record (one line, one JSON object)::
     {"schema": 1, "workload": "<Workload.key>", "workload_json": {...},
      "target": {"kind": "llvm", "mcpu": "znver4", "isa": "avx512", "cores": 2, "arch": null, ...},
      "candidate": "matmul.packed", "candidate_version": 1, "config": {"mb": 4, "nb": 64, ...},
-     "status": "ok" | "wrong" | "failed" | "timeout" | "infra",
+     "status": "ok" | "wrong" | "failed" | "timeout" | "infra" | "dropped",
      "seconds": 0.0095 | null, "times": [...], "max_error": 1.2e-5 | null, "error": null | "...",
      "tvm_version": "0.27.0.post1", "ext_version": "0.1.0", "timestamp": "2026-...Z",
      "device": "local" | "rpc:<key>", "measure": {"number": .., "repeat": ..}}
@@ -14,7 +14,11 @@ A record (one line, one JSON object)::
 (output differs from the reference: never chosen), ``failed`` (build or run
 raised, or the worker crashed), ``timeout`` (exceeded the time limit),
 ``infra`` (the measuring machinery failed, e.g. an RPC server died: not the
-candidate's fault, so resuming measures the point again).
+candidate's fault, so resuming measures the point again), ``dropped`` (not a
+measurement: the end-to-end check (``e2e.py``) found that this point, chosen
+for its workload, made the whole model slower in place; ``error`` says why, and
+the ``History`` never picks a dropped point, so builds fall back to the
+workload's untuned choice).
 
 Every record is written with one ``write`` call, flushed and fsynced, so a
 killed tuner loses at most the record being written; a torn last line is
@@ -53,7 +57,7 @@ from typing import Iterable
 from ..workload import Workload
 
 SCHEMA = 1
-STATUSES = ("ok", "wrong", "failed", "timeout", "infra")
+STATUSES = ("ok", "wrong", "failed", "timeout", "infra", "dropped")
 #: statuses a resumed run does not measure again (``infra`` is not the candidate's fault)
 FINAL_STATUSES = ("ok", "wrong", "failed", "timeout")
 #: per-line warnings (malformed or invalid lines) per read before one summary warning for the rest
@@ -162,6 +166,18 @@ def make_record(wl: Workload, target, cand, config: dict, result, device: str = 
                   max_error=result.max_error, error=result.error, device=device, measure=dict(measure or {}),
                   timestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                   **versions())
+
+
+def make_dropped(rec: Record, reason: str) -> Record:
+    """A ``dropped`` record for the measured point ``rec`` (same workload, candidate, config), ``reason`` why."""
+    return dataclasses.replace(rec, status="dropped", error=str(reason), times=[], max_error=None, line=0,
+                               timestamp=datetime.datetime.now(datetime.timezone.utc).strftime(
+                                   "%Y-%m-%dT%H:%M:%S.%fZ"))
+
+
+def dropped_keys(records: Iterable[Record]) -> set:
+    """Point keys the end-to-end check dropped (never chosen again for their workload)."""
+    return {r.key for r in records if r.status == "dropped"}
 
 
 class Staleness:

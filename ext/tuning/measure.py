@@ -11,6 +11,13 @@ that dies (segfault, ``os._exit``) gives ``failed`` with the error.
 
 ``LocalMeasurer`` times on this machine; ``RPCMeasurer`` (``rpc.py``) times
 on devices behind a stock ``tvm.rpc`` tracker.
+
+Caches and threads: a point is timed warm (repeated calls on the same inputs,
+no cache flush) on the thread pool the model uses (the worker inherits
+``TVM_NUM_THREADS``), because that is how the model runs its kernels: each
+reads the activations the previous one has just written, and the weights stay
+in the last-level cache between inferences (``e2e.py`` says why, and its
+end-to-end check drops the choices where the kernel alone misleads).
 """
 from __future__ import annotations
 

@@ -109,6 +109,10 @@ class TuneSummary:
     stale: dict
     malformed: int
     invalid: int = 0  # records skipped: config outside its candidate's knob space, unknown candidate...
+    #: the scheduler's estimated model latency: ``tuned_s`` / ``untuned_s`` (sums of uses x seconds)
+    estimate: dict = dataclasses.field(default_factory=dict)
+    #: the end-to-end check (``e2e.E2EResult.to_json()``), when one ran
+    e2e: dict | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -131,7 +135,14 @@ class TuneSummary:
                 f"stale records: {sum(self.stale.values())}" + (f" ({self.stale})" if self.stale else "")
                 + (f"; malformed lines skipped: {self.malformed}" if self.malformed else "")
                 + (f"; invalid records skipped: {self.invalid}" if self.invalid else ""))
-        return "\n".join(lines + [foot])
+        out = lines + [foot]
+        est = self.estimate
+        if est.get("untuned_s"):
+            out.append(f"estimated model latency (sum of uses x kernel time): {est['tuned_s'] * 1e3:.3f} ms tuned, "
+                       f"{est['untuned_s'] * 1e3:.3f} ms untuned ({est['tuned_s'] / est['untuned_s']:.3f}x)")
+        if self.e2e:
+            out.append(self.e2e.get("summary", ""))
+        return "\n".join(out)
 
 
 class Tuner:
@@ -163,7 +174,8 @@ class Tuner:
         from ..strategies.select import Selector
 
         measured = {r.key for r in valid if r.status in FINAL_STATUSES}
-        wrong = {r.key for r in valid if r.status == "wrong"}
+        # never a task's best: points measured wrong, and points the end-to-end check dropped
+        wrong = {r.key for r in valid if r.status in ("wrong", "dropped")}
         states = []
         for i, task in enumerate(self.tasks):
             wl = task.workload
@@ -235,7 +247,7 @@ class Tuner:
         valid, stale = self.log.split(self.target, self.registry)
         skipped = {"malformed": len(self.log.malformed), "invalid": len(self.log.invalid)}
         states, measured = self._states(valid)
-        self.model.fit(valid, self.target)
+        self.model.fit(valid, self.target, validate=False)
         deadline = t0 + self.seconds if self.seconds else None
         costs: list[float] = []
         total, infra_streak, stopped = 0, 0, "every task used its trials or space"
@@ -285,7 +297,7 @@ class Tuner:
                     stopped = f"measurement infrastructure failing: {res.error}"
                     break
             else:
-                self.model.fit(valid, self.target)
+                self.model.fit(valid, self.target, validate=False)
                 continue
             break
         rows = []
@@ -327,6 +339,17 @@ class ProgressPrinter:
                 self.stream.write(line + "\n")
             self._key = key
         self._last = st.index
+        self.stream.flush()
+
+    def round_done(self, sched, st) -> None:
+        """After the baselines (``st`` None) and each scheduler round: the estimated model latency."""
+        tuned, untuned, missing = sched.estimated_latency()
+        what = "baselines measured" if st is None else \
+            f"round {len(sched.rounds)} on task {st.index + 1} ({st.task.workload.key[:40]})"
+        line = (f"{what}: estimated model latency {tuned * 1e3:.3f} ms (untuned {untuned * 1e3:.3f} ms, "
+                f"{tuned / untuned if untuned else 1:.3f}x)" + (f", {missing} tasks not yet timed" if missing else ""))
+        self.stream.write(("\n" if self.tty and self._last is not None else "") + line + "\n")
+        self._last = None
         self.stream.flush()
 
     def close(self) -> None:
