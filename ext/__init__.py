@@ -18,6 +18,7 @@ from .workload import Workload  # noqa: E402
 from .pipeline import build, last_report, pipeline  # noqa: E402
 from .tuning import apply_history_best, tune  # noqa: E402
 from .libraries.export import export_library  # noqa: E402
+from .runner import Model  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -30,4 +31,4 @@ def __getattr__(name):  # ``ext.cache`` on first use: ``python -m ext.cache`` mu
     raise AttributeError(f"module 'ext' has no attribute {name!r}")
 
 
-__all__ = ["build", "pipeline", "last_report", "tune", "apply_history_best", "export_library", "target", "strategies", "frontend", "cache", "Workload", "__version__"]
+__all__ = ["build", "Model", "pipeline", "last_report", "tune", "apply_history_best", "export_library", "target", "strategies", "frontend", "cache", "Workload", "__version__"]

@@ -1,13 +1,20 @@
 """Model import: PyTorch (torch.export) and ONNX to a Relax module ``ext.build`` accepts.
 
-Parameters are bound as constants, so constant folding, batch-norm folding and
-weight pre-transforms (packing, Winograd filter transforms) happen at compile
-time. Unsupported operators raise :class:`UnsupportedOperatorError` naming them.
+Parameters are bound as constants by default, so constant folding, batch-norm
+folding and weight pre-transforms (packing, Winograd filter transforms) happen
+at compile time. With ``keep_params_as_input=True`` the weights stay function
+parameters (attr ``num_input`` = the number of real inputs) and come back as a
+list in ``main``'s order: ``ext.build`` lifts their transforms into
+``main_transform_params`` and ``ext.Model`` runs that once per weight set, so
+one executable serves any checkpoint of the same architecture. Unsupported
+operators raise :class:`UnsupportedOperatorError` naming them.
 
 Example
 -------
 >>> mod = ext.frontend.from_torch(model.eval(), (torch.randn(1, 3, 224, 224),))  # doctest: +SKIP
 >>> ex = ext.build(mod, ext.target.cpu())                                           # doctest: +SKIP
+>>> mod, weights = ext.frontend.from_torch(model.eval(), (x,), keep_params_as_input=True)  # doctest: +SKIP
+>>> net = ext.Model(ext.build(mod)); net.set_params(weights); y = net(x)              # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -23,38 +30,86 @@ class UnsupportedOperatorError(ValueError):
         super().__init__(f"{frontend} import: unsupported operator(s): {', '.join(self.operators)}")
 
 
-def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None):
+def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_params_as_input: bool = False):
     """Import a PyTorch ``nn.Module`` (put it in eval mode first) through ``torch.export``.
 
     Parameters
     ----------
     module : the ``torch.nn.Module``.
     example_inputs : tuple of example tensors (their shapes become the static input shapes).
+    keep_params_as_input : keep the weights as parameters of ``main`` after the inputs (attr
+        ``num_input``) instead of constants: every ``nn.Parameter`` and every floating-point
+        buffer (batch-norm running statistics), so a new checkpoint replaces all of them.
 
     Returns
     -------
     A Relax ``IRModule`` whose ``main`` takes the inputs in order and returns the output
-    (a single output is not wrapped in a tuple).
+    (a single output is not wrapped in a tuple); with ``keep_params_as_input``,
+    ``(mod, weights)``: the weights as NumPy arrays in the order ``main`` takes them.
     """
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
+    if keep_params_as_input:
+        module = _buffers_as_parameters(module)
     with torch.no_grad():
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
     try:
-        return from_exported_program(ep, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+        mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
     except AssertionError as err:
         found = re.search(r"Unsupported function types \[(.*)\]", str(err))
         if found:
             ops = [s.strip().strip("'\"") for s in found.group(1).split(",") if s.strip()]
             raise UnsupportedOperatorError("PyTorch", ops) from None
         raise
+    if not keep_params_as_input:
+        return mod
+    by_arg = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs if spec.target}
+    state = ep.state_dict
+    mod = _without_params_attr(mod)
+    weights = [state[by_arg[p.name]].detach().cpu().numpy() for p in _weight_vars(mod)]
+    return mod, weights
 
 
-def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None):
-    """Import an ONNX model (a path or a loaded ``onnx.ModelProto``); initializers become constants."""
+def _buffers_as_parameters(module):
+    """A copy of ``module`` whose floating-point buffers are (frozen) parameters: TVM's importer
+    binds buffers as constants even with ``keep_params_as_input``, which would freeze a model's
+    batch-norm statistics into the executable."""
+    import copy
+
+    import torch
+
+    module = copy.deepcopy(module)
+    for sub in module.modules():
+        for name, buf in list(sub._buffers.items()):
+            if buf is not None and buf.is_floating_point():
+                del sub._buffers[name]
+                sub.register_parameter(name, torch.nn.Parameter(buf, requires_grad=False))
+    return module
+
+
+def _weight_vars(mod) -> list:
+    from .relax_passes.lift_params import weight_params
+
+    return weight_params(mod["main"])
+
+
+def _without_params_attr(mod):
+    """``main`` without the frontends' ``params`` attr (the weights' values: ext returns them
+    instead, and they must not be part of the module the build cache hashes)."""
+    func = mod["main"]
+    if func.attrs and "params" in func.attrs:
+        mod["main"] = func.without_attr("params")
+    return mod
+
+
+def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None, *, keep_params_as_input: bool = False):
+    """Import an ONNX model (a path or a loaded ``onnx.ModelProto``); initializers become constants,
+    or with ``keep_params_as_input`` parameters of ``main`` after the graph inputs (attr
+    ``num_input``): then returns ``(mod, weights)``, the initializers as NumPy arrays in the
+    order ``main`` takes them."""
     import onnx
     import tvm
     from tvm.relax.frontend.onnx import from_onnx as _from_onnx
@@ -62,7 +117,20 @@ def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None):
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(str(model))
     try:
-        return _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=False)
+        mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=keep_params_as_input)
     except tvm.error.OpNotImplemented as err:
         text = str(err).split("frontend ONNX:", 1)[-1].splitlines()[0]
         raise UnsupportedOperatorError("ONNX", [s.strip() for s in text.split(",") if s.strip()]) from None
+    if not keep_params_as_input:
+        return mod
+    func = mod["main"]
+    values = [t.numpy() for t in (func.attrs["params"] if func.attrs and "params" in func.attrs else [])]
+    mod = _without_params_attr(mod)
+    if func.attrs is None or "num_input" not in func.attrs:
+        mod["main"] = mod["main"].with_attr("num_input", len(func.params) - len(values))
+    weight_vars = _weight_vars(mod)
+    shapes = [tuple(int(d) for d in v.ty.shape) for v in weight_vars]
+    if len(values) != len(weight_vars) or any(v.shape != s for v, s in zip(values, shapes)):
+        raise ValueError(f"ONNX import: the importer's {len(values)} initializers do not line up with main's "
+                         f"{len(weight_vars)} weight parameters")
+    return mod, values

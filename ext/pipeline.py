@@ -10,6 +10,8 @@ Stages (a flat, named sequence)::
                        op left to stock lowering, and a ``failed`` row per composite ext failed on)
     library dispatch   the backend's DispatchSampling, DispatchSortScan (sort, topk, cumsum...)
     FoldConstant       weight packing of constants happens here, at compile time
+    LiftWeightTransforms  weights passed as parameters (attr ``num_input``): their transforms move
+                       to ``main_transform_params``, run once per weight set (``ext.Model``)
     LowerElementwiseMath  (CPU) exp/sigmoid/tanh/gelu/silu as vectorizable polynomials
     stock legalize     LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
     UseInplaceCalls    (CPU) fused element-wise kernels write over an input that dies there
@@ -30,6 +32,7 @@ from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.fold_batchnorm import FoldBatchNorm
 from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
+from .relax_passes.lift_params import LiftWeightTransforms, param_specs
 from .relax_passes.inplace import UseInplaceCalls
 from .progress import BuildProgress, stage
 from .strategies.report import SelectionReport
@@ -85,7 +88,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                                 rp.FuseEpilogues()]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
-                stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant()]),
+                # weights passed as parameters (attr num_input): their transforms move to main_transform_params
+                stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant(), LiftWeightTransforms()]),
                 stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
                 stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt)),
@@ -106,7 +110,10 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
 
     Parameters
     ----------
-    mod : the Relax IRModule (weights bound as constants get pre-packed at compile time).
+    mod : the Relax IRModule (weights bound as constants get pre-packed at compile time). When
+        ``main`` has the attr ``num_input`` (``ext.frontend`` with ``keep_params_as_input=True``),
+        its parameters past the first ``num_input`` are weights: their transforms are lifted into
+        ``main_transform_params``, and ``ext.Model(ex)`` runs them once per ``set_params``.
     target : ``ext.target.cpu()`` (default), ``ext.target.cuda(...)``, a Target or a dict.
     tuning_log : JSONL tuning log whose best records override the heuristics.
     report : path to write the selection report JSON to.
@@ -119,7 +126,8 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
 
     Returns
     -------
-    A ``tvm.runtime.Executable``; run it with ``relax.VirtualMachine(ex, dev)``.
+    A ``tvm.runtime.Executable``; run it with ``relax.VirtualMachine(ex, dev)``, or, with
+    weights as parameters, ``ext.Model(ex)`` (``set_params(weights)`` once, then ``model(*inputs)``).
     ``ext.last_report()`` (and ``ex.ext_report``) is the ``SelectionReport`` of this
     build, with the seconds per stage in ``report.stages``. Export with
     ``ext.export_library(ex, path)``: it refuses, naming the candidates, when a
@@ -136,6 +144,7 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     from .tuning.apply import current_history
 
     tgt = normalize(target) if target is not None else cpu()
+    specs = param_specs(mod)  # weights passed as parameters: checked here, used by ext.Model
     if tuning_log is not None and not os.path.exists(tuning_log):  # fail here, not deep inside the pass
         raise FileNotFoundError(f"tuning log {os.fspath(tuning_log)!r} does not exist")
     start = time.perf_counter()
@@ -148,7 +157,7 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
         if hit is not None:
             ex, rep = hit
             rep.cached, rep.stages = True, [("cache hit", round(time.perf_counter() - start, 3), 0)]
-            return _finish(ex, rep, report)
+            return _finish(ex, rep, report, specs, tgt)
     rep = SelectionReport(describe(tgt))
     progress = BuildProgress(verbose)
     ctx = tvm.transform.PassContext.current()
@@ -159,11 +168,12 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     rep.stages = progress.stages
     if parts is not None and not any(d.candidate is not None and d.candidate.needs_python for d in rep):
         build_cache.store_later(parts, ex, rep)
-    return _finish(ex, rep, report)
+    return _finish(ex, rep, report, specs, tgt)
 
 
-def _finish(ex, rep: SelectionReport, report_path):
+def _finish(ex, rep: SelectionReport, report_path, specs: dict, tgt):
     _LAST["report"] = rep
+    ex.ext_params, ex.ext_target_kind = specs, target_kind(tgt).name  # for ext.Model
     ex.ext_report = rep  # ext.export_library checks it for candidates that need this Python process
     if report_path is not None:
         rep.save(report_path)

@@ -7,6 +7,10 @@ callable timing the kernel alone (transforms of constant inputs are done once,
 as the pipeline folds them at compile time). A library candidate (whose
 ``build`` returns a ``PackedCall``) runs the same way: its packed function,
 then its epilogue kernel, timed with a wall clock around both.
+
+``Model`` runs a whole executable whose weights are run-time parameters: the
+weight transforms ``ext.build`` lifted out of ``main`` run once per
+``set_params``, then every call takes the inputs only.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import tvm
 from tvm.target import Target
 
 from .strategies.registry import Candidate, PackedCall
-from .target import target_kind
+from .target import get_target_kind, target_kind
 from .tir_schedules.common import param_shape
 from .workload import Workload
 
@@ -127,3 +131,87 @@ def random_inputs(wl: Workload, seed: int = 0, low: float = -1.0, high: float = 
         else:
             out.append(rng.uniform(low, high, size=s).astype(d))
     return out
+
+
+class Model:
+    """An executable whose weights are run-time parameters, called with the inputs only.
+
+    The protocol (see the README's "Weights as parameters"): a Relax function with attr
+    ``num_input = n`` takes ``n`` inputs, then its weights. ``ext.build`` lifts everything
+    computed from the weights alone (packing, Winograd filter transforms, batch-norm folding)
+    into ``<func>_transform_params(weights: tuple) -> tuple``; ``<func>`` then takes the inputs
+    followed by that tuple. ``set_params`` checks the weights against the function's
+    signature, runs the transform once and keeps its result; every call passes it on::
+
+        mod, weights = ext.frontend.from_torch(net, (x,), keep_params_as_input=True)
+        model = ext.Model(ext.build(mod, ext.target.cpu()))
+        model.set_params(weights)          # once per weight set
+        y = model(x)                       # NumPy or tvm tensors in; the VM's result out
+
+    ``set_params`` again with other weights (same shapes) switches to them. A function
+    without weights (bound as constants) needs no ``set_params``. ``transform_runs`` counts
+    the transform's calls.
+    """
+
+    def __init__(self, ex, device=None, func: str = "main"):
+        from tvm import relax
+
+        specs = getattr(ex, "ext_params", None) or {}
+        self.spec = specs.get(func)
+        self.func = func
+        if device is None:
+            kind = getattr(ex, "ext_target_kind", "llvm")
+            device = get_target_kind(kind).device(0)
+        self.device = device
+        self.vm = relax.VirtualMachine(ex, device)
+        if not self.vm.module.implements_function(func):
+            raise ValueError(f"the executable has no function {func!r}")
+        name = f"{func}_transform_params"
+        self._transform = self.vm[name] if self.vm.module.implements_function(name) else None
+        self._main = self.vm[func]
+        self._weights = None if self._transform is not None or (self.spec and self.spec.weights) else []
+        self.transform_runs = 0
+
+    def _tensor(self, x):
+        if isinstance(x, tvm.runtime.Tensor):
+            return x if x.device == self.device else tvm.runtime.tensor(x.numpy(), self.device)
+        if hasattr(x, "detach"):  # a torch tensor
+            x = x.detach().cpu().numpy()
+        return tvm.runtime.tensor(np.ascontiguousarray(x), self.device)
+
+    def set_params(self, weights) -> None:
+        """Hand over the weights (a list in the function's weight order, or ``{name: array}``);
+        runs the weight transform once. Raises ``ValueError`` naming a missing, extra or
+        wrong-shaped weight."""
+        tensors = [self._tensor(w) for w in self._ordered(weights)]
+        if self.spec is not None:
+            self.spec.check("weights", tensors)
+        if self._transform is None:
+            self._weights = tensors
+            return
+        self._weights = list(self._transform(tensors))
+        self.transform_runs += 1
+
+    def _ordered(self, weights) -> list:
+        if isinstance(weights, dict):
+            if self.spec is None:
+                raise ValueError("weights by name need the executable's parameter names (an ext.build result); "
+                                 "pass a list in the function's weight order")
+            names = [n for n, _, _ in self.spec.weights]
+            missing = [n for n in names if n not in weights]
+            extra = sorted(set(weights) - set(names))
+            if missing or extra:
+                raise ValueError(f"weights by name: missing {missing}, unknown {extra} (expected {names})")
+            return [weights[n] for n in names]
+        if not isinstance(weights, (list, tuple)):
+            raise TypeError(f"weights must be a list/tuple in the function's weight order or a dict by name, "
+                            f"got {type(weights).__name__}")
+        return list(weights)
+
+    def __call__(self, *inputs):
+        if self._weights is None:
+            raise RuntimeError(f"{self.func}: call set_params(weights) before running the model")
+        args = [self._tensor(x) for x in inputs]
+        if self.spec is not None:
+            self.spec.check("inputs", args)
+        return self._main(*args, *self._weights)

@@ -8,6 +8,11 @@ returns a ``Decision``; the candidate builds one PrimFunc per distinct
 of constants are folded at compile time by the ``FoldConstant`` that follows.
 Composites the selector leaves to the fallback are inlined back, so stock
 lowering sees the original ops. Every decision goes to the ``SelectionReport``.
+An operand computed from weight parameters alone (a function with attr
+``num_input``, see ``lift_params``) counts as a constant for the workload
+(``b_const`` / ``w_const``): its transforms are lifted into
+``main_transform_params`` and run once per weight set, so the kernels chosen
+equal those of the build with the weights bound.
 A vendor-library candidate builds a ``PackedCall`` instead: ``call_dps_packed``
 to its packed function, then the epilogue as a ``call_tir`` to a small
 element-wise kernel.
@@ -31,7 +36,12 @@ from ..strategies.select import Decision, Selector
 from ..tir_schedules.common import param_dtype, param_shape
 from ..workload import Workload
 from .families import FAMILIES, Composite, composite_of
+from .lift_params import weight_derived
 from .stock_ops import report_stock_ops
+
+
+#: workload attr saying "this operand is known before the first call", and the operand's index
+_CONST_ATTRS = {"matmul": ("b_const", 1), "conv2d": ("w_const", 1)}
 
 
 def _bindings(func: relax.Function) -> dict:
@@ -47,6 +57,7 @@ class _Lower(PyExprMutator):
         self.built: dict = {}
         self.declined: set = set()
         self.reasons: dict = {}  # declined composite -> why (for the stock rows of its ops)
+        self.weights: set = set()  # variables of the function being lowered computed from weights alone
 
     def _composite(self, call) -> Composite | None:
         if not isinstance(call.op, relax.GlobalVar):
@@ -93,6 +104,7 @@ class _Lower(PyExprMutator):
             self._decline(call, f"the {family.name} family cannot describe this {comp.name}")
             return call
         wl, args, post = extracted
+        wl = mark_weight_operand(wl, args, self.weights)
         decision, built = self._decide(wl)
         if decision.candidate is None:
             self.report.add(decision)
@@ -147,6 +159,7 @@ class _Lower(PyExprMutator):
     def run(self):
         for gv, func in self.mod_.functions_items():
             if isinstance(func, relax.Function) and not (func.attrs and "Composite" in func.attrs):
+                self.weights = weight_derived(func)
                 self.builder_.update_func(gv, self.visit_expr(func))
         return self.builder_.get()
 
@@ -157,6 +170,18 @@ class _Lower(PyExprMutator):
             if gv.name_hint in alive:
                 mod[gv] = mod[gv].without_attr("Composite").without_attr("Primitive")
         return mod
+
+
+def mark_weight_operand(wl: Workload, args: list, weights: set) -> Workload:
+    """``wl`` with ``b_const``/``w_const`` set when that operand is one of ``weights`` (variables
+    computed from weight parameters alone, ``lift_params.weight_derived``): its transforms run
+    once per weight set, as for a constant. Task extraction should apply it the same way."""
+    attr, idx = _CONST_ATTRS.get(wl.op, (None, 0))
+    if attr is None or wl.attr(attr) or idx >= len(args) or not weights:
+        return wl
+    if not (isinstance(args[idx], relax.Var) and args[idx] in weights):
+        return wl
+    return wl.with_(attrs=dict(wl.attrs, **{attr: True}))
 
 
 def _failed_workload(comp: Composite) -> Workload:

@@ -32,6 +32,15 @@ than TVM's pool when the cores are shared), so
 ``libraries=True`` builds the same kernels as ``libraries=False`` unless a
 tuning log or ``libraries="measure"`` (build-time timing,
 ``ext.libraries.measure``) shows a library winning.
+
+The one case a library was measured winning by default -- a GEMV whose weight is
+passed with every call (OpenBLAS 78 us against 339 us on 1x2048x1000, issue
+14) -- lost because ext's kernel packed that weight on every call. Such weights
+now go to ``matmul.stream`` (``strategies/matmul.py``), which reads them in
+place in one pass over memory as the library does, on all cores where the
+library runs on one; so the libraries stay unsuited there too. A weight
+parameter of a function with ``num_input`` is no such case: it is packed once
+per weight set (``ext.Model``), as a constant is.
 """
 from __future__ import annotations
 
@@ -148,6 +157,9 @@ def _matmul_build(func_name: str, name: str):
 def _matmul_suits(wl: Workload, target) -> str | None:
     if wl.flops < MATMUL_MIN_FLOPS:
         return f"{wl.flops / 1e6:.2f} MFLOP: the library call's overhead outweighs the work"
+    if wl.attr("b_const") is False and len(wl.shapes[0]) == 2:
+        return ("run-time weight: ext's matmul.stream reads it in place on every core (many rows: packed per "
+                "call); a tuning log or libraries='measure' may still pick the library")
     return NOT_FASTER
 
 

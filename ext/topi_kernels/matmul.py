@@ -180,3 +180,72 @@ def padded_accumulation(A: te.Tensor, B: te.Tensor, *, b_layout: str, Mp: int, N
     b_at = (lambda kk, j: Bp[kk, j]) if b_layout == "kn" else (lambda kk, j: Bp[j, kk])
     return te.compute((_i64(Mp), _i64(Np)), lambda i, j: te.sum(
         Ap[i, k].astype(acc_dtype) * b_at(k, j).astype(acc_dtype), axis=k), name="C")
+
+
+# -- run-time weights read in place (matmul.stream) ---------------------------------------------
+#
+# A weight that arrives with every call cannot be packed at compile time, and packing it per call
+# moves it through memory three times instead of once. For a few rows of A the two kernels below
+# read B once where it lies, vectorized along B's contiguous axis, with no bounds check in the
+# hot loop: odd sizes are handled by an overlapping last vector (kn) or a scalar K tail (nk).
+
+
+def stream_kn(A: te.Tensor, B: te.Tensor, *, M: int, N: int, K: int, lanes: int, pad_rows: int = 1,
+              pad_vectors: int = 1, epilogue=(), extras=(), out_dtype="float32"):
+    """``D = epilogue(A @ B)`` with ``B`` ``(K, N)`` read in place; returns ``(C, D)``.
+
+    ``C[i, v, l] = sum_k A[i, k] * B[k, s(v) + l]`` with ``s(v) = min(v * lanes, N - lanes)``:
+    vector ``v`` of a row of B starts at a lane-aligned column, except the last one, which
+    ends at column ``N - 1`` and overlaps its neighbour (columns it repeats are computed twice
+    and stored once). Every load is a full contiguous vector. ``C`` has ``ceil(M / pad_rows)``
+    row tiles and ``pad_vectors``-aligned vector count (padded rows re-read row ``M - 1``,
+    padded vectors the last vector); ``lanes <= N``.
+    """
+    if not 1 <= lanes <= N:
+        raise ValueError(f"stream_kn: lanes={lanes} must be in [1, N={N}]")
+    nv = -(-N // lanes)
+    Mp, Vp = ceil_to(M, pad_rows), ceil_to(nv, pad_vectors)
+    k = te.reduce_axis((_i64(0), _i64(K)), name="k")
+    C = te.compute((_i64(Mp), _i64(Vp), _i64(lanes)), lambda i, v, l: te.sum(
+        A[_clamp(i, M, Mp), k] * B[k, te.min(v * lanes, _i64(N - lanes)) + l], axis=k), name="C")
+    shift, last = nv * lanes - N, (nv - 1) * lanes
+
+    def value(i, j):
+        if shift:  # columns of the overlapping last vector sit `shift` lanes further in C
+            j = tirx.Select(j < _i64(last), j, j + _i64(shift))
+        return C[i, j // lanes, j % lanes]
+
+    D = ep.fused_output((_i64(M), _i64(N)), value, epilogue, extras, out_dtype)
+    return C, D
+
+
+def dot_nk(A: te.Tensor, W: te.Tensor, *, M: int, N: int, K: int, lanes: int, pad_rows: int = 1,
+           pad_cols: int = 1, epilogue=(), extras=(), out_dtype="float32"):
+    """``D = epilogue(A @ W^T)`` with ``W`` ``(N, K)`` (a PyTorch linear weight) read in place:
+    row dot products along the contiguous K axis. Returns ``(P, D)``.
+
+    ``P[i, j, l]`` holds ``lanes`` partial sums over ``k = k0 * lanes + l`` for the first
+    ``K - K % lanes`` products; ``C`` adds them up and the ``K % lanes`` tail products (one
+    scalar loop over ``lanes + K % lanes`` terms); ``D = epilogue(C)``. ``P`` and ``C`` are
+    computed over ``ceil(M / pad_rows)`` row and ``ceil(N / pad_cols)`` column tiles (padded
+    rows and columns re-read the last one); ``lanes <= K``.
+    """
+    if not 1 <= lanes <= K:
+        raise ValueError(f"dot_nk: lanes={lanes} must be in [1, K={K}]")
+    km = K - K % lanes
+    Mp, Np = ceil_to(M, pad_rows), ceil_to(N, pad_cols)
+    k0 = te.reduce_axis((_i64(0), _i64(km // lanes)), name="k0")
+    P = te.compute((_i64(Mp), _i64(Np), _i64(lanes)), lambda i, j, l: te.sum(
+        A[_clamp(i, M, Mp), k0 * lanes + l] * W[_clamp(j, N, Np), k0 * lanes + l], axis=k0), name="P")
+    r = te.reduce_axis((_i64(0), _i64(lanes + K - km)), name="r")
+
+    def total(i, j):  # lanes partial sums, then the K % lanes tail products
+        if K == km:
+            return te.sum(P[i, j, r], axis=r)
+        part = P[i, j, te.min(r, _i64(lanes - 1))]
+        kt = r + _i64(km - lanes)  # in [km - lanes, K): in bounds on either branch
+        tail = A[_clamp(i, M, Mp), kt] * W[_clamp(j, N, Np), kt]
+        return te.sum(tirx.if_then_else(r < _i64(lanes), part, tail), axis=r)
+
+    C = te.compute((_i64(Mp), _i64(Np)), total, name="C")
+    return P, ep.fused_output((_i64(M), _i64(N)), lambda i, j: C[i, j], epilogue, extras, out_dtype)

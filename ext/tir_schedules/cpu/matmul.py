@@ -138,3 +138,78 @@ def schedule_transpose(sch: s_tir.Schedule, block_name: str, lanes: int) -> None
     if tj > 1:
         sch.vectorize(j1)
     sch.parallel(sch.fuse(*batch, k0) if batch else k0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamConfig:
+    """A run-time weight read in place (``matmul.stream``): ``mb`` rows of A per register tile;
+    ``nb`` columns of B per tile (kn layout; a multiple of the vector width) or rows of the
+    ``(N, K)`` weight per tile (nk layout); ``parallel`` splits the tiles of B across threads."""
+
+    mb: int = 1
+    nb: int = 64
+    parallel: bool = True
+
+
+#: below this many output elements the epilogue pass stays on the calling thread
+_SERIAL_OUTPUT = 1 << 16
+
+
+def schedule_stream_kn(sch: s_tir.Schedule, cfg: StreamConfig, lanes: int, out_elems: int, contiguous: bool) -> None:
+    """``stream_kn``: per tile of ``nb`` columns (parallel) and ``mb`` rows, the accumulators
+    ``mb x nb`` stay in registers while k walks B's rows (each read once, ``nb`` floats
+    contiguous); then the fused epilogue ``D`` (vectorized when ``contiguous``: no overlapping
+    last vector)."""
+    c = sch.get_sblock("C")
+    wb = sch.cache_write(c, 0, "local")
+    i, v, l, k = sch.get_loops(c)
+    i0, i1 = sch.split(i, [None, cfg.mb])
+    v0, v1 = sch.split(v, [None, max(1, cfg.nb // lanes)])
+    sch.reorder(v0, i0, k, i1, v1, l)
+    sch.reverse_compute_at(wb, i0)
+    sch.unroll(i1)
+    sch.unroll(v1)
+    sch.vectorize(l)
+    sch.vectorize(sch.get_loops(wb)[-1])
+    if cfg.parallel:
+        sch.parallel(v0)
+    sch.decompose_reduction(c, k)
+    _schedule_epilogue(sch, lanes, out_elems, contiguous)
+
+
+def schedule_dot_nk(sch: s_tir.Schedule, cfg: StreamConfig, out_elems: int, lanes: int, contiguous: bool) -> None:
+    """``dot_nk``: per tile of ``nb`` weight rows (parallel) and ``mb`` rows of A, ``mb x nb``
+    partial-sum vectors stay in registers while k walks both operands' contiguous rows; then the
+    horizontal sums and the scalar K tail; then the fused epilogue (``lanes``-wide vectors when
+    ``contiguous``: N a multiple of ``lanes``)."""
+    c = sch.get_sblock("C")
+    ci, cj, cl = sch.get_loops(c)
+    i0, i1 = sch.split(ci, [None, cfg.mb])
+    j0, j1 = sch.split(cj, [None, cfg.nb])
+    sch.reorder(j0, i0, i1, j1, cl)
+    p = sch.get_sblock("P")
+    sch.compute_at(p, i0, preserve_unit_loops=True)
+    sch.set_scope(p, 0, "local")
+    pi, pj, pl, pk = sch.get_loops(p)[-4:]
+    sch.reorder(pk, pj, pi, pl)
+    sch.unroll(pj)
+    sch.unroll(pi)
+    sch.vectorize(pl)
+    if cfg.parallel:
+        sch.parallel(j0)
+    sch.decompose_reduction(p, pk)
+    _schedule_epilogue(sch, lanes, out_elems, contiguous)
+
+
+def _schedule_epilogue(sch: s_tir.Schedule, lanes: int, out_elems: int, contiguous: bool) -> None:
+    """The fused epilogue ``D`` (M x N) as its own pass: vectorized rows when ``contiguous``,
+    across threads when large."""
+    d = sch.get_sblock("D")
+    i, j = sch.get_loops(d)
+    outer = [i]
+    if contiguous and extent(sch, j) % lanes == 0:
+        j0, j1 = sch.split(j, [None, lanes])
+        sch.vectorize(j1)
+        outer.append(j0)
+    if out_elems >= _SERIAL_OUTPUT:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else i)
