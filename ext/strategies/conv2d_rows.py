@@ -36,18 +36,25 @@ def dw_vector(ow: int, ln: int) -> int:
     return min((ln, ln // 2), key=lambda w: (-(-ow // w), ceil_to(ow, w)))
 
 
-def _dw_default(wl, target):
-    g = geom(wl)
-    w = dw_vector(g.OW, lanes(target))
+def dw_default(g, ln: int) -> RowConfig:
+    """Row-tiled sliding windows (depthwise conv, pooling): vectors along the row, up to 4 rows."""
+    w = dw_vector(g.OW, ln)
     vecs = 2 if g.OW >= 4 * w else 1  # wide rows: two vectors per tile for more independent FMAs
     rows = min((4, 3, 2), key=lambda r: (ceil_to(g.OH, r) - g.OH, -r))
     return RowConfig(reg_n=vecs * w, rows=rows)
 
 
-def _dw_space(wl, target):
-    g = geom(wl)
-    w = dw_vector(g.OW, lanes(target))
+def dw_space(g, ln: int) -> list[RowConfig]:
+    w = dw_vector(g.OW, ln)
     return [RowConfig(reg_n=v * w, rows=r) for v in (1, 2) for r in (1, 2, 4) if v * w <= ceil_to(g.OW, w)]
+
+
+def _dw_default(wl, target):
+    return dw_default(geom(wl), lanes(target))
+
+
+def _dw_space(wl, target):
+    return dw_space(geom(wl), lanes(target))
 
 
 def _dw_build(wl, cfg: RowConfig, target):

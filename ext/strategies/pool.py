@@ -12,7 +12,8 @@ from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise
 from ..topi_kernels import pool
 from ..topi_kernels.conv2d import ConvGeom
-from .conv2d import pick_reg_n, placeholders
+from .conv2d import placeholders
+from .conv2d_rows import dw_default, dw_space
 from .registry import PLEVEL, Candidate, register
 
 
@@ -42,24 +43,22 @@ def _check(wl, target):
 
 
 def _default(wl, target):
-    g, ln = geom(wl), cpu_info(target).lanes_f32
-    return RowConfig(reg_n=ln if g.OW >= ln else pick_reg_n(g.OW, ln))
+    return dw_default(geom(wl), cpu_info(target).lanes_f32)
 
 
 def _space(wl, target):
-    ln = cpu_info(target).lanes_f32
-    return [RowConfig(reg_n=r) for r in (4, 8, ln, 2 * ln)]
+    return dw_space(geom(wl), cpu_info(target).lanes_f32)
 
 
 def _build(wl, cfg: RowConfig, target):
     g = geom(wl)
     (X,) = placeholders(wl)
     _, _, D = pool.pool2d_nchw(X, g, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
-                               ow_pad=cfg.reg_n, p_width_pad=cpu_info(target).lanes_f32)
+                               ow_pad=cfg.reg_n, oh_pad=cfg.rows)
     sch = create_schedule([X, D])
     schedule_depthwise(sch, cfg, cpu_info(target).lanes_f32)
     return finish(sch, "pool2d.rows")
 
 
 register(Candidate("pool2d.rows", ("llvm",), PLEVEL.BLOCKED, _check, RowConfig, space=_space, default=_default,
-                   build=_build))
+                   build=_build, version=2, added_knobs=("rows",)))

@@ -205,37 +205,55 @@ def conv2d_nhwc(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, kernel_layout="HWIO
 
 # -- depthwise ---------------------------------------------------------------------------------------
 
+def phase_planes(X: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1, fill=None):
+    """The padded input split by column phase for a row-tiled sliding window (depthwise conv,
+    pooling)::
+
+        P[n, c, hp, ph, q] = Xpad[n, c, hp, q*sw + ph]        (``fill`` outside the image)
+
+    so that the tap ``(kh, kw)`` of output ``(oh, ow)`` is ``P[n, c, oh*sh + kh*dh, (kw*dw) % sw,
+    ow + (kw*dw) // sw]``: contiguous along ``ow`` for any stride. Rows cover ``oh_pad`` / columns
+    ``ow_pad``-padded outputs. Returns ``(P, tap)`` with ``tap(n, c, oh, ow, kh, kw)``."""
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    OWp, OHp = ceil_to(g.OW, ow_pad), ceil_to(g.OH, oh_pad)
+    Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
+    Q = ceil_to(OWp + ((g.KW - 1) * dw) // sw, ow_pad)  # whole vectors for the pack too
+    fill = _zero(X.dtype) if fill is None else fill
+    top, left = g.pad[0], g.pad[1]
+
+    def pack(n, c, hp, ph, q):
+        h, w = hp - _i64(top), q * _i64(sw) + ph - _i64(left)
+        inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
+        val = X[n, c, te.max(te.min(h, _i64(g.H - 1)), _i64(0)), te.max(te.min(w, _i64(g.W - 1)), _i64(0))]
+        return tirx.if_then_else(inside, val, fill)
+
+    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(sw), _i64(Q)), pack, name="P")
+
+    def tap(n, c, oh, ow, kh, kw):
+        return P[n, c, oh * sh + kh * dh, (kw * dw) % sw, ow + (kw * dw) // sw]
+
+    return P, tap
+
+
 def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1, epilogue=(),
                    extras=(), out_dtype="float32"):
     """Depthwise (``groups == C``, multiplier ``O // C``)::
 
         D[n, o, oh, ow] = epilogue(sum_{kh, kw} Xpad[n, o // mult, oh*sh + kh*dh, ow*sw + kw*dw] * W[o, 0, kh, kw])
 
-    The padded input is materialised in-kernel split by column phase,
-    ``P[n, c, hp, ph, q] = Xpad[n, c, hp, q*sw + ph]``, so every tap reads a
-    contiguous run of ``P`` along the output row for any stride (a stride-2
-    tap reads phase ``(kw*dw) % 2`` at offset ``(kw*dw) // 2``). ``C`` is
-    computed over ``ow`` / ``oh`` padded to ``ow_pad`` / ``oh_pad`` so register
-    tiles divide it. Returns ``(P, C, D)``.
+    over the column-phase planes of ``phase_planes`` (every tap a contiguous run of the row for
+    any stride); ``C`` is computed over ``ow`` / ``oh`` padded to ``ow_pad`` / ``oh_pad`` so
+    register tiles divide it. Returns ``(P, C, D)``.
     """
-    sh, sw = g.stride
-    dh, dw = g.dilation
     mult = g.O // g.C
-    OWp, OHp = ceil_to(g.OW, ow_pad), ceil_to(g.OH, oh_pad)
-    Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
-    Q = ceil_to(OWp + ((g.KW - 1) * dw) // sw, ow_pad)  # whole vectors for the pack too
-    read = padded_read(X, g)
-
-    def pack(n, c, hp, ph, q):
-        wp = q * _i64(sw) + ph
-        return tirx.if_then_else(wp < g.W + g.pad[1], read(n, c, hp, wp), _zero(X.dtype))
-
-    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(sw), _i64(Q)), pack, name="P")
+    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad)
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    C = te.compute((_i64(g.N), _i64(g.O), _i64(OHp), _i64(OWp)), lambda n, o, oh, ow: te.sum(
-        P[n, o // mult, oh * sh + kh * dh, (kw * dw) % sw, ow + (kw * dw) // sw].astype(out_dtype)
-        * Wt[o, _i64(0), kh, kw].astype(out_dtype), axis=[kh, kw]), name="C")
+    shape = (_i64(g.N), _i64(g.O), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
+    C = te.compute(shape, lambda n, o, oh, ow: te.sum(
+        tap(n, o // mult, oh, ow, kh, kw).astype(out_dtype) * Wt[o, _i64(0), kh, kw].astype(out_dtype),
+        axis=[kh, kw]), name="C")
     D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
                         epilogue, extras, out_dtype)
     return P, C, D

@@ -1,7 +1,7 @@
 """2-D max / average pooling, NCHW, as the same three stages as depthwise conv::
 
-    P[n, c, hp, wp] = Xpad[n, c, hp, wp]          # pad value: -inf (max) or 0 (avg); in-kernel
-    C[n, c, oh, ow] = reduce_{kh, kw} P[n, c, oh*sh + kh*dh, ow*sw + kw*dw]    # over ow padded to ow_pad
+    P[n, c, hp, ph, q] = Xpad[n, c, hp, q*sw + ph]   # pad value: -inf (max) or 0 (avg); in-kernel
+    C[n, c, oh, ow] = reduce_{kh, kw} Xpad[n, c, oh*sh + kh*dh, ow*sw + kw*dw]  # read from P, padded tiles
     D[n, c, oh, ow] = C[...]            (max)  or  C[...] / count(oh, ow)   (avg)
 
 ``count`` is ``KH*KW`` clipped to the padded image when ``count_include_pad``
@@ -13,35 +13,24 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from .conv2d import ConvGeom
+from .conv2d import ConvGeom, phase_planes
 from .matmul import _i64, ceil_to
 
 
 def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool = False, ow_pad: int = 1,
-                p_width_pad: int = 1):
+                oh_pad: int = 1):
     """Returns ``(P, C, D)``; ``g`` describes the window (``KH, KW``, stride, padding, dilation, ``O == C``).
-    ``P``'s rows are padded to a multiple of ``p_width_pad`` (the vector width) so its copy vectorizes."""
+    ``P`` is the depthwise conv's column-phase padded input (``conv2d.phase_planes``): every tap
+    reads a contiguous run of the output row, also for stride 2."""
     sh, sw = g.stride
-    dh, dw = g.dilation
-    top, left = g.pad[0], g.pad[1]
-    OWp = ceil_to(g.OW, ow_pad)
-    Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
-    Wpd = ceil_to((OWp - 1) * sw + (g.KW - 1) * dw + 1, p_width_pad)
     dt = X.dtype
     fill = tirx.min_value(dt) if kind == "max" else tirx.const(0, dt)
-
-    def pad(n, c, hp, wp):
-        h, w = hp - _i64(top), wp - _i64(left)
-        inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
-        val = X[n, c, te.max(te.min(h, _i64(g.H - 1)), _i64(0)), te.max(te.min(w, _i64(g.W - 1)), _i64(0))]
-        return tirx.if_then_else(inside, val, fill)
-
-    P = te.compute(tuple(_i64(d) for d in (g.N, g.C, Hp, Wpd)), pad, name="P")
+    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=fill)
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
     red = te.max if kind == "max" else te.sum
-    C = te.compute((_i64(g.N), _i64(g.C), _i64(g.OH), _i64(OWp)), lambda n, c, oh, ow: red(
-        P[n, c, oh * sh + kh * dh, ow * sw + kw * dw], axis=[kh, kw]), name="C")
+    shape = (_i64(g.N), _i64(g.C), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
+    C = te.compute(shape, lambda n, c, oh, ow: red(tap(n, c, oh, ow, kh, kw), axis=[kh, kw]), name="C")
     if kind == "max":
         return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)), lambda *i: C[i], name="D")
 
