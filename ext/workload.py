@@ -6,6 +6,12 @@ transposes, layouts...) and the fused epilogue (``("bias", "relu",
 "residual")``). It is immutable and hashable, has a stable string ``key`` (used
 by tuning logs and reports) and round-trips through JSON.
 
+Epilogue steps are strings, so keys, JSON, tuning logs and reports need no
+second format: ``bias``/``scale``/``residual`` take the next input tensor (add,
+multiply, add); an activation with parameters spells them after colons,
+``clip:0:6`` (ReLU6), ``leaky_relu:0.01`` (``activation_name`` writes them,
+``parse_activation`` reads them back).
+
 Example
 -------
 >>> from ext.workload import Workload
@@ -23,8 +29,51 @@ import json
 import math
 from typing import Any
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
-EPILOGUE_OPS = ("bias", "residual") + ACTIVATIONS
+#: activation name -> number of parameters it takes (``clip:LO:HI``, ``leaky_relu:ALPHA``)
+ACTIVATION_PARAMS = {"relu": 0, "gelu": 0, "gelu_tanh": 0, "silu": 0, "sigmoid": 0, "tanh": 0,
+                     "hardswish": 0, "hardsigmoid": 0, "clip": 2, "leaky_relu": 1}
+ACTIVATIONS = tuple(ACTIVATION_PARAMS)
+#: steps that take the next input tensor: added (bias, residual) or multiplied (scale)
+TENSOR_STEPS = ("bias", "scale", "residual")
+EPILOGUE_OPS = TENSOR_STEPS + ACTIVATIONS
+
+
+def _num(v: float) -> str:
+    """A parameter as written in a name: shortest round-tripping form, no trailing ``.0``, no ``+``
+    (keys join steps with ``+``): ``6``, ``0.1``, ``-inf``, ``1e30``."""
+    text = repr(float(v)).replace("e+", "e")
+    return text[:-2] if text.endswith(".0") else text
+
+
+def activation_name(base: str, *params: float) -> str:
+    """``activation_name("clip", 0.0, 6.0) == "clip:0:6"``; checks the base and the parameter count."""
+    if base not in ACTIVATION_PARAMS:
+        raise ValueError(f"unknown activation {base!r} (known: {ACTIVATIONS})")
+    if len(params) != ACTIVATION_PARAMS[base]:
+        raise ValueError(f"activation {base!r} takes {ACTIVATION_PARAMS[base]} parameters, got {len(params)}")
+    return ":".join([base, *(_num(p) for p in params)])
+
+
+def parse_activation(name: str) -> tuple[str, tuple[float, ...]]:
+    """``"clip:0:6" -> ("clip", (0.0, 6.0))``; ValueError naming the problem for a bad name."""
+    base, *raw = str(name).split(":")
+    if base not in ACTIVATION_PARAMS:
+        raise ValueError(f"unknown activation {base!r} in {name!r} (known: {ACTIVATIONS})")
+    if len(raw) != ACTIVATION_PARAMS[base]:
+        raise ValueError(f"activation {name!r}: {base} takes {ACTIVATION_PARAMS[base]} parameters, got {len(raw)}")
+    try:
+        params = tuple(float(p) for p in raw)
+    except ValueError:
+        raise ValueError(f"activation {name!r}: parameters must be numbers") from None
+    if any(p != p for p in params):
+        raise ValueError(f"activation {name!r}: NaN parameter")
+    if base == "clip" and params[0] > params[1]:
+        raise ValueError(f"activation {name!r}: clip bounds out of order ({params[0]} > {params[1]})")
+    return base, params
+
+
+def is_activation(step: str) -> bool:
+    return str(step) not in TENSOR_STEPS
 
 
 def _freeze(value: Any) -> Any:
@@ -63,9 +112,16 @@ class Workload:
         object.__setattr__(self, "epilogue", tuple(self.epilogue))
         if len(self.shapes) != len(self.dtypes):
             raise ValueError(f"{self.op}: {len(self.shapes)} shapes but {len(self.dtypes)} dtypes")
-        bad = [e for e in self.epilogue if e not in EPILOGUE_OPS]
+        bad = [e for e in self.epilogue if not isinstance(e, str)
+               or (e not in TENSOR_STEPS and e.split(":")[0] not in ACTIVATION_PARAMS)]
         if bad:
             raise ValueError(f"{self.op}: unknown epilogue ops {bad} (known: {EPILOGUE_OPS})")
+        for e in self.epilogue:
+            if is_activation(e):
+                try:
+                    parse_activation(e)
+                except ValueError as err:
+                    raise ValueError(f"{self.op}: {err}") from None
 
     # -- accessors -----------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -80,7 +136,7 @@ class Workload:
 
     @property
     def activation(self) -> str | None:
-        acts = [e for e in self.epilogue if e in ACTIVATIONS]
+        acts = [e for e in self.epilogue if is_activation(e)]
         return acts[0] if acts else None
 
     # -- identity --------------------------------------------------------------

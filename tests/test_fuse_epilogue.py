@@ -5,7 +5,7 @@ import tvm
 from tvm.script import ir as I, relax as R
 
 from ext.relax_passes import FuseEpilogues
-from ext.relax_passes.fuse_epilogue import epilogue_chains
+from ext.relax_passes.fuse_epilogue import ACTIVATION_PATTERNS, epilogue_chains
 
 
 def test_matmul_transposed_bias_gelu_residual_becomes_one_composite():
@@ -96,9 +96,12 @@ def test_residual_without_bias_and_bias_first_operand():
 
 def test_chains_are_ordered_longest_first():
     chains = epilogue_chains()
-    assert chains[0] == ("bias", "relu", "residual") and chains[-1] == ()
-    # bias? x (6 activations + none) x residual?, plus the ResNet order bias? + residual + activation
-    assert len(chains) == len(set(chains)) == 2 * 7 * 2 + 2 * 6
+    # the most Relax ops first: hardswish spans four (y * clip(y + 3, 0, 6) / 6)
+    assert chains[0] == ("bias", "hardswish", "residual") and chains[-1] == ()
+    assert chains.index(("bias", "relu", "residual")) < chains.index(("bias", "relu"))
+    # bias? x (activations + none) x residual?, plus the ResNet order bias? + residual + activation
+    n = len(ACTIVATION_PATTERNS)
+    assert len(chains) == len(set(chains)) == 2 * (n + 1) * 2 + 2 * n
     assert ("bias", "residual", "relu") in chains
 
 
@@ -107,7 +110,8 @@ def composites(mod) -> dict:
 
 
 def test_intermediate_used_outside_the_group_is_not_fused():
-    """SiLU as ``y * sigmoid(y)``: fusing the sigmoid would make the composite return (y, sigmoid(y))."""
+    """``y * tanh(y)`` (no known activation): fusing the tanh would make the composite return (y, tanh(y)).
+    (SiLU's ``y * sigmoid(y)`` is matched whole: tests/test_epilogues.py.)"""
 
     @I.ir_module
     class Before:
@@ -116,7 +120,7 @@ def test_intermediate_used_outside_the_group_is_not_fused():
                  b: R.Tensor((11,), "float32")) -> R.Tensor((5, 11), "float32"):
             with R.dataflow():
                 y = R.add(R.matmul(x, w), b)
-                z = R.multiply(y, R.sigmoid(y))
+                z = R.multiply(y, R.tanh(y))
                 R.output(z)
             return z
 
@@ -124,7 +128,7 @@ def test_intermediate_used_outside_the_group_is_not_fused():
     funcs = composites(after)
     assert [str(f.attrs["Composite"]) for f in funcs.values()] == ["ext.matmul_bias"]
     assert all(isinstance(f.ret_ty, tvm.relax.TensorType) for f in funcs.values())  # no tuple outputs
-    assert "R.sigmoid" in after["main"].script() and "R.multiply" in after["main"].script()
+    assert "R.tanh" in after["main"].script() and "R.multiply" in after["main"].script()
 
 
 def test_residual_computed_from_the_anchor_is_not_fused():

@@ -1,7 +1,8 @@
 """NaN and +-inf go through ext's kernels as through NumPy (float64) and PyTorch.
 
 ext's float32 exp/sigmoid/tanh/silu/gelu/gelu_tanh are polynomial forms whose clamps used to turn
-NaN into numbers, ``max``-based relu and reductions dropped NaN, and layer_norm's variance clamp
+NaN into numbers, ``max``-based relu and reductions dropped NaN (and a ``max``/``min`` clip, the
+ReLU6 inside hardswish and hardsigmoid, would too), and layer_norm's variance clamp
 turned ``inf - inf`` into 0. Every activation is checked standalone, in a fused element-wise chain
 and as a matmul and conv2d epilogue (every CPU candidate that applies); every softmax, layer_norm
 and reduction candidate on rows holding NaN, +inf, -inf and all-inf. The checks are exact on the
@@ -22,16 +23,35 @@ import ext
 from ext.runner import CompiledCandidate
 from ext.strategies import REGISTRY
 from ext.testing import own_candidates, run_relax
-from ext.workload import Workload
+from ext.tuning.references import activation as np_activation
+from ext.workload import ACTIVATIONS, Workload
 
 NAN, INF = np.nan, np.inf
 
-# float64 NumPy formulas: their limits at +-inf are PyTorch's too (silu(-inf) = gelu(-inf) = NaN),
-# except gelu(+inf), where torch's erf form gives NaN and NumPy (and torch's tanh form) inf
-ACT = {"relu": lambda x: np.maximum(x, 0), **REF}
+# the piecewise-linear activations, by their epilogue names (parameters spelled in the name)
+PIECEWISE = ["clip:0:6", "clip:-1.5:2", "leaky_relu:0.1", "hardswish", "hardsigmoid"]
+# float64 NumPy formulas: their limits at +-inf are PyTorch's too (silu(-inf) = gelu(-inf) = NaN,
+# hardswish(-inf) = -inf * 0 = NaN), except gelu(+inf), where torch's erf form gives NaN and NumPy
+# (and torch's tanh form) inf
+ACT = {"relu": lambda x: np.maximum(x, 0), **REF, **{name: np_activation(name) for name in PIECEWISE}}
+
+
+def _relu6_as_exported(x):
+    """``torch.export``'s ReLU6 inside hardswish/hardsigmoid: two clips (MergeClips makes them one)."""
+    return relax.op.clip(relax.op.clip(relax.op.add(x, relax.const(3.0)), 0, math.inf), -math.inf, 6)
+
+
 RELAX = {"relu": relax.op.nn.relu, "exp": relax.op.exp, "sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh,
-         "silu": relax.op.nn.silu, "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh}
-EPILOGUE_ACTS = ["relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh"]  # ext.workload.ACTIVATIONS
+         "silu": relax.op.nn.silu, "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh,
+         "clip:0:6": lambda x: relax.op.clip(x, 0.0, 6.0), "clip:-1.5:2": lambda x: relax.op.clip(x, -1.5, 2.0),
+         "leaky_relu:0.1": lambda x: relax.op.nn.leakyrelu(x, 0.1),
+         "hardswish": lambda x: relax.op.divide(relax.op.multiply(x, _relu6_as_exported(x)), relax.const(6.0)),
+         "hardsigmoid": lambda x: relax.op.divide(_relu6_as_exported(x), relax.const(6.0))}
+EPILOGUE_ACTS = ["relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", *PIECEWISE]
+
+
+def test_every_activation_is_covered():
+    assert sorted({a.split(":")[0] for a in EPILOGUE_ACTS}) == sorted(ACTIVATIONS)
 
 # special inputs plus finite values around the polynomial's clamps and the tanh/erf branch points
 SPECIAL = np.array([NAN, INF, -INF, 0.0, -0.0, 1e30, -1e30, 100.0, -100.0, 0.2, -0.2, 3.0, -3.0], "float32")

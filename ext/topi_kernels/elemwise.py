@@ -1,4 +1,5 @@
-"""Vectorizable float32 math for element-wise kernels: exp, sigmoid, tanh, erf, gelu, relu.
+"""Vectorizable float32 math for element-wise kernels: exp, sigmoid, tanh, erf, gelu, relu,
+clip (ReLU6), leaky ReLU, hardsigmoid, hardswish.
 
 Stock TVM lowers ``exp``/``tanh``/``erf`` on LLVM CPU targets to scalar libm
 calls (``expf@PLT``), one call per lane, so a "vectorized" loop over them runs
@@ -34,7 +35,16 @@ NaN exactly as PyTorch does. ``relu(x) = x < 0 ? 0 : x`` keeps NaN (as
 ``sigmoid(x) = 1 / (1 + exp(-x))``, ``erf`` by Abramowitz-Stegun 7.1.26
 (absolute error <= 1.5e-7) and ``gelu(x) = x/2 * (1 + erf(x / sqrt 2))``.
 
-``ACTIVATIONS`` maps the activation names of ``ext.workload`` to these;
+The piecewise-linear activations are selects, which keep NaN because every
+compare with NaN is false: ``clip(x, lo, hi) = x < lo ? lo : (x > hi ? hi : x)``
+(a ``vmaxps``/``vminps`` pair with the operand order LLVM picks for the select;
+``te.max(te.min(...))`` lowers to ``x > hi ? ...`` orders that drop NaN),
+``leaky_relu(x, a) = x < 0 ? a * x : x``, ``hardsigmoid(x) = clip(x/6 + 1/2, 0, 1)``
+and ``hardswish(x) = x * hardsigmoid(x)`` (so ``hardswish(-inf) = -inf * 0 = NaN``,
+as ``torch.nn.functional.hardswish`` gives). They are dtype-generic.
+
+``ACTIVATIONS`` maps the activation names of ``ext.workload`` to these (``f(x, *params)``;
+``activation("clip:0:6")`` binds the parameters a name spells);
 ``UNARY`` maps Relax op names to them (``relax_passes.elemwise_math`` lowers
 those ops with these computes, so FuseOps fuses them into element-wise chains).
 """
@@ -155,6 +165,38 @@ def _gelu_tanh(x):
     return _c(0.5) * x * (_c(1.0) + tanh(inner))
 
 
+def clip(x, lo: float, hi: float):
+    """``min(max(x, lo), hi)`` that keeps NaN; an infinite bound costs no compare."""
+    dt = dtype_of(x)
+
+    def body(v):
+        out = v
+        if hi != math.inf:
+            out = tirx.Select(v > tirx.const(hi, dt), tirx.const(hi, dt), out)
+        if lo != -math.inf:
+            out = tirx.Select(v < tirx.const(lo, dt), tirx.const(lo, dt), out)
+        return out
+
+    return _let("xk", dt, x, body)
+
+
+def leaky_relu(x, alpha: float):
+    """``x < 0 ? alpha * x : x`` (NaN stays NaN)."""
+    dt = dtype_of(x)
+    return _let("xl", dt, x, lambda v: tirx.Select(v < tirx.const(0.0, dt), v * tirx.const(alpha, dt), v))
+
+
+def hardsigmoid(x):
+    """``clip(x / 6 + 1/2, 0, 1)``: PyTorch's ``relu6(x + 3) / 6`` up to rounding."""
+    dt = dtype_of(x)
+    return clip(x * tirx.const(1.0 / 6.0, dt) + tirx.const(0.5, dt), 0.0, 1.0)
+
+
+def hardswish(x):
+    """``x * hardsigmoid(x)``."""
+    return _let("xh", dtype_of(x), x, lambda v: v * hardsigmoid(v))
+
+
 ACTIVATIONS = {
     "relu": relu,
     "sigmoid": sigmoid,
@@ -162,7 +204,22 @@ ACTIVATIONS = {
     "silu": lambda x: x * sigmoid(x),
     "gelu": gelu,
     "gelu_tanh": gelu_tanh,
+    "hardswish": hardswish,
+    "hardsigmoid": hardsigmoid,
+    "clip": clip,
+    "leaky_relu": leaky_relu,
 }
+#: activations built from selects and multiply-adds only: any dtype, no float32 polynomial
+GENERIC = ("relu", "hardswish", "hardsigmoid", "clip", "leaky_relu")
+
+
+def activation(name: str):
+    """``f(x)`` for an epilogue activation name such as ``"gelu"`` or ``"clip:0:6"``."""
+    from ..workload import parse_activation
+
+    base, params = parse_activation(name)
+    f = ACTIVATIONS[base]
+    return (lambda x: f(x, *params)) if params else f
 
 
 UNARY = {
@@ -180,3 +237,9 @@ def unary_compute(op_name: str, x: te.Tensor) -> te.Tensor:
     """Element-wise ``op_name`` over ``x`` (float32) with the vectorizable expansions above."""
     f = UNARY[op_name]
     return te.compute(x.shape, lambda *i: f(x[i]), name="T_" + op_name.rsplit(".", 1)[1])
+
+
+def activation_compute(name: str, x: te.Tensor) -> te.Tensor:
+    """Element-wise epilogue activation ``name`` (``"clip:0:6"``, ``"leaky_relu:0.1"``) over ``x``."""
+    f = activation(name)
+    return te.compute(x.shape, lambda *i: f(x[i]), name="T_" + name.split(":")[0])

@@ -3,13 +3,16 @@ to an anchor's accumulator on its way out (one store per output element).
 
 ``fused_output(shape, value, epilogue, extras)`` builds the output tensor
 ``D[idx] = post(value(idx))`` where ``post`` applies ``epilogue`` in order;
-``"bias"`` and ``"residual"`` each consume the next tensor of ``extras``,
+``"bias"`` and ``"residual"`` each add the next tensor of ``extras``, ``"scale"``
+multiplies by it (the squeeze-and-excitation gate, ``(N, C, 1, 1)``), each
 broadcast NumPy-style against ``shape`` (right-aligned, size-1 dims repeat).
+Activations with parameters come as names such as ``"clip:0:6"`` (``ext.workload``).
 
 NaN and +-inf pass through every activation as through NumPy/PyTorch (see
 ``elemwise``): float32 uses ``elemwise.ACTIVATIONS``; other dtypes use the
 intrinsics below, whose NaN behaviour is the backend's (CUDA's ``expf``/``tanhf``
-propagate it), with the same NaN-keeping ``relu``.
+propagate it), with the same NaN-keeping select forms for relu, clip, leaky ReLU,
+hardsigmoid and hardswish (``elemwise.GENERIC``: no transcendental, any dtype).
 """
 from __future__ import annotations
 
@@ -59,11 +62,12 @@ def apply(value, idx, epilogue, extras):
     if isinstance(value, te.tensor.TensorSlice):
         value = value.asobject()
     for op in epilogue:
-        if op in ("bias", "residual"):
+        if op in ("bias", "scale", "residual"):
             t = rest.pop(0)
-            value = value + t[tuple(broadcast_index(t, idx))].astype(dtype_of(value))
-        elif dtype_of(value) == "float32":  # vectorizable polynomial forms (no scalar libm calls)
-            value = elemwise.ACTIVATIONS[op](value)
+            other = t[tuple(broadcast_index(t, idx))].astype(dtype_of(value))
+            value = value * other if op == "scale" else value + other
+        elif dtype_of(value) == "float32" or op.split(":")[0] in elemwise.GENERIC:
+            value = elemwise.activation(op)(value)  # vectorizable polynomial / select forms
         else:
             value = ACTIVATION_EXPR[op](value)
     return value

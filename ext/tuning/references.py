@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..workload import Workload
+from ..workload import Workload, parse_activation
 
 
 def _erf(v):
@@ -27,13 +27,27 @@ ACTIVATIONS = {
     "relu": lambda v: np.maximum(v, 0), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh,
     "silu": lambda v: v / (1 + np.exp(-v)), "gelu": lambda v: 0.5 * v * (1 + _erf(v / np.sqrt(2))),
     "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))),
+    # PyTorch's definitions (hardswish(-inf) = -inf * 0 = NaN as in torch); np.clip keeps NaN
+    "hardsigmoid": lambda v: np.clip(v + 3, 0, 6) / 6, "hardswish": lambda v: v * np.clip(v + 3, 0, 6) / 6,
+    "clip": lambda v, lo, hi: np.clip(v, lo, hi), "leaky_relu": lambda v, a: np.where(v < 0, a * v, v),
 }
+
+
+def activation(name: str):
+    """NumPy ``f(v)`` for an epilogue activation name (``"relu"``, ``"clip:0:6"``)."""
+    base, params = parse_activation(name)
+    return lambda v: ACTIVATIONS[base](v, *params)
 
 
 def _epilogue(wl: Workload, y, extras):
     extras = list(extras)
     for op in wl.epilogue:
-        y = y + extras.pop(0) if op in ("bias", "residual") else ACTIVATIONS[op](y)
+        if op in ("bias", "residual"):
+            y = y + extras.pop(0)
+        elif op == "scale":
+            y = y * extras.pop(0)
+        else:
+            y = activation(op)(y)
     return y
 
 

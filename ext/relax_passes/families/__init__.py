@@ -33,6 +33,9 @@ class Family:
     chains: bool = True
     #: axis of the anchor's output that a bias varies along (int, or a callable of the anchor expr)
     channel_axis: object = -1
+    #: the second axis a ``scale`` (channel-wise multiply) may vary along besides ``channel_axis``
+    #: (conv2d: the batch axis, for the SE gate ``(N, C, 1, 1)``); None: no ``scale`` chains
+    scale_axis: object = None
     #: what instances the family covers, for the report row of one it declined (e.g. split axes)
     covers: str = ""
 
@@ -72,6 +75,12 @@ class Composite:
             if expr.same_as(p):
                 return a
         return None
+
+    def extras(self) -> list:
+        """The outer arguments of the epilogue's tensor steps (bias, scale, residual), in chain order."""
+        from ..fuse_epilogue import chain_operands
+
+        return chain_operands(self.func, self.family, self.epilogue, self.args)
 
 
 

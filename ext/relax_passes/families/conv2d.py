@@ -2,7 +2,8 @@
 
 Any static 4-D conv2d is matched, whatever its layouts: candidates decline
 the ones they cannot run (with the reason in the report) and the composite
-goes back to stock lowering. The bias of a conv is a tensor that varies along
+goes back to stock lowering. A ``scale`` (the squeeze-and-excitation gate) varies along the
+batch and channel axes, ``(N, C, 1, 1)``. The bias of a conv is a tensor that varies along
 the output's channel axis only, e.g. ``(1, C, 1, 1)`` or ``(C, 1, 1)`` for
 NCHW and ``(C,)`` for NHWC, so ``channel_axis`` is read from the anchor's
 ``out_layout``.
@@ -43,17 +44,19 @@ def _channel_axis(anchor) -> int:
     return layout.index("C") if "C" in layout and len(layout) == 4 else 1
 
 
+def _batch_axis(anchor) -> int:
+    attrs = anchor.attrs
+    layout = str(attrs.out_layout or attrs.data_layout)
+    return layout.index("N") if "N" in layout and len(layout) == 4 else 0
+
+
 def _extract(comp: Composite):
     conv = next(c for c in comp.calls if c.op.name == "relax.nn.conv2d")
     a = conv.attrs
     if str(a.out_layout) != str(a.data_layout):
         return None
     x, w = comp.outer(conv.args[0]), comp.outer(conv.args[1])
-    extras = []
-    for c in comp.calls:
-        if c.op.name == "relax.add":
-            other = [arg for arg in c.args if comp.outer(arg) is not None]
-            extras.append(comp.outer(other[-1]))
+    extras = comp.extras()
     body = comp.func.body.body if hasattr(comp.func.body, "body") else comp.func.body
     attrs = {"strides": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding),
              "dilation": tuple(int(d) for d in a.dilation), "groups": int(a.groups),
@@ -66,4 +69,4 @@ def _extract(comp: Composite):
 
 
 register_family(Family("conv2d", [("plain", _anchor)], _check, _extract, channel_axis=_channel_axis,
-                       covers="4-D input, weight and output"))
+                       scale_axis=_batch_axis, covers="4-D input, weight and output"))

@@ -54,11 +54,7 @@ def _extract(comp: Composite):
     transposed = isinstance(w_in, relax.Call) and w_in.op.name == "relax.permute_dims"
     w_param = w_in.args[0] if transposed else w_in
     x, w = comp.outer(x_in), comp.outer(w_param)
-    extras = []
-    for c in comp.calls:
-        if c.op.name == "relax.add":
-            other = [a for a in c.args if comp.outer(a) is not None]
-            extras.append(comp.outer(other[-1]))
+    extras = comp.extras()
     out_shape = static_shape(comp.func.body.body if hasattr(comp.func.body, "body") else comp.func.body)
     xs, ws = static_shape(x), static_shape(w)
     args, post = [x, w] + extras, None
