@@ -30,7 +30,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..strategies.registry import config_to_dict
+from ..strategies.registry import PackedCall, config_to_dict
 from ..strategies.report import SelectionReport
 from ..strategies.select import Decision, Selector
 from ..tir_schedules.common import param_dtype, param_shape
@@ -118,7 +118,7 @@ class _Lower(PyExprMutator):
             out_ty = relax.TensorType(param_shape(tfunc, -1), param_dtype(tfunc, -1))
             args[idx] = self.builder_.emit(relax.call_tir(gv, [args[idx]], out_ty=out_ty))
         out_ty = relax.TensorType([int(d) for d in wl.attr("out_shape")], wl.out_dtype)
-        if cand.library is not None:  # vendor library: a packed call, then our epilogue kernel
+        if isinstance(main, PackedCall):  # a packed function (vendor library, NPU), then our epilogue kernel
             result = self._library_call(cand, wl, config, main, args, out_ty)
         else:
             gv = self._kernel(cand, wl, config, "", lambda: main)

@@ -218,7 +218,7 @@ def _conv_build(wl: Workload, cfg: NPUConfig, target) -> PackedCall:
 
 def _candidate(name: str, check, build) -> Candidate:
     return register(Candidate(name, ("npu",), ACCELERATOR, check, NPUConfig, space=_space, default=_default,
-                              build=build, needs_python=True, library="npu"))
+                              build=build, needs_python=True))
 
 
 MATMUL_NPU = _candidate("matmul.npu", _matmul_check, _matmul_build)
