@@ -38,6 +38,7 @@ from ..workload import Workload
 from .families import FAMILIES, Composite, composite_of
 from .lift_params import weight_derived
 from .stock_ops import report_stock_ops
+from .symbolic import out_shape, relax_shape
 
 
 #: workload attr saying "this operand is known before the first call", and the operand's index
@@ -117,7 +118,7 @@ class _Lower(PyExprMutator):
             gv = self._kernel(cand, wl, config, f"in{idx}", lambda f=tfunc: f)
             out_ty = relax.TensorType(param_shape(tfunc, -1), param_dtype(tfunc, -1))
             args[idx] = self.builder_.emit(relax.call_tir(gv, [args[idx]], out_ty=out_ty))
-        out_ty = relax.TensorType([int(d) for d in wl.attr("out_shape")], wl.out_dtype)
+        out_ty = relax.TensorType(relax_shape(out_shape(wl), args), wl.out_dtype)  # symbolic dims: args' vars
         if isinstance(main, PackedCall):  # a packed function (vendor library, NPU), then our epilogue kernel
             result = self._library_call(cand, wl, config, main, args, out_ty)
         else:

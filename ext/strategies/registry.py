@@ -22,6 +22,7 @@ from tvm.target import Target
 
 from ..target import get_target_kind, known_kinds, target_kind
 from ..workload import Workload
+from ._symbolic import undeclared
 
 
 class PLEVEL:
@@ -103,6 +104,10 @@ class Candidate:
     #: class's default for the knob (the kernel's behaviour before the knob existed); any other
     #: missing knob makes a record invalid
     added_knobs: tuple = ()
+    #: roles of the dimensions this kernel may take symbolic (``("rows",)``: M of a GEMM left to run
+    #: time; ``_symbolic.py`` names each family's roles); empty: static shapes only. ``applies``
+    #: declines a workload with a symbolic dimension in any other role, naming it
+    dynamic: tuple = ()
 
     @property
     def op(self) -> str:
@@ -115,7 +120,9 @@ class Candidate:
         if wl.op != self.op:
             return no(f"is a {self.op} kernel, not {wl.op}")
         if not wl.is_static:
-            return no("symbolic shape")
+            reason = undeclared(wl, self.dynamic)
+            if reason:
+                return no(reason)
         reason = self.check(wl, target)
         return no(reason) if reason else YES
 

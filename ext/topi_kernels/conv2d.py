@@ -39,6 +39,7 @@ import dataclasses
 from tvm import te, tirx
 
 from . import epilogue as ep
+from .dynamic import dim  # conv2d_nchwc's batch N may be symbolic (a tirx.Var)
 from .matmul import _i64, ceil_to
 
 
@@ -154,7 +155,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
             n, cb, h, w, ci = idx
             return X[n, cb * icb + ci, h, w]
     else:
-        P = te.compute((_i64(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
+        P = te.compute((dim(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
         at = P.__getitem__
     rc = te.reduce_axis((_i64(0), _i64(RC)), name="rc")
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
@@ -167,8 +168,8 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         return te.sum(at((n, cb, oh * sh + kh * dh, ow * sw + kw * dw, ri)).astype(out_dtype)
                       * Wp[ob, rc, kh, kw, ri, oi].astype(out_dtype), axis=[rc, kh, kw, ri])
 
-    C = te.compute((_i64(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")
-    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)),
+    C = te.compute((dim(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")
+    D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O, g.OH, g.OW)),
                         lambda n, o, oh, ow: C[n, o // ocb, oh, ow, o % ocb], epilogue, extras, out_dtype)
     return P, C, D
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from tvm import te, tirx
 
 from . import i64 as _i64
+from .dynamic import dim  # rows may be symbolic (a tirx.Var)
 
 
 def _let(name: str, dtype: str, value, body):
@@ -61,16 +62,16 @@ def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, 
 
     k1 = te.reduce_axis((zero, _i64(npad)), name="k1")
     k2 = te.reduce_axis((zero, _i64(npad)), name="k2")
-    S1 = te.compute((_i64(rows),), lambda r: te.sum(d(r, k1), axis=k1), name="s1")
+    S1 = te.compute((dim(rows),), lambda r: te.sum(d(r, k1), axis=k1), name="s1")
 
     def sq(r, k):
         v = d(r, k)
         return v * v
 
-    S2 = te.compute((_i64(rows),), lambda r: te.sum(sq(r, k2), axis=k2), name="s2")
+    S2 = te.compute((dim(rows),), lambda r: te.sum(sq(r, k2), axis=k2), name="s2")
     inv_n = tirx.const(1.0 / n, dt)
     # the shifted mean s1/n: adding K back would round it to K's ulp (6e-5 at K = 1000)
-    M = te.compute((_i64(rows),), lambda r: S1[r] * inv_n, name="mean")
+    M = te.compute((dim(rows),), lambda r: S1[r] * inv_n, name="mean")
 
     def rstd(r):
         # clamp rounding below 0 with ``v < 0 ? 0 : v``: NaN (inf - inf from a row holding +-inf)
@@ -79,7 +80,7 @@ def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, 
                    lambda v: tirx.Select(v < tirx.const(0.0, dt), tirx.const(0.0, dt), v))
         return te.rsqrt(var + tirx.const(eps, dt))
 
-    RS = te.compute((_i64(rows),), rstd, name="rstd")
+    RS = te.compute((dim(rows),), rstd, name="rstd")
 
     def out(r, k):
         y = ((X[r, k] - X[r, zero]) - M[r]) * RS[r]
@@ -89,4 +90,4 @@ def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, 
             y = y + beta[k]
         return y
 
-    return te.compute((_i64(rows), _i64(n)), out, name="out")
+    return te.compute((dim(rows), _i64(n)), out, name="out")

@@ -24,6 +24,7 @@ from tvm import te, tirx
 
 from . import elemwise as ew
 from . import i64 as _i64
+from .dynamic import dim  # rows may be symbolic (a tirx.Var)
 
 
 def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32", pad_to: int = 1) -> te.Tensor:
@@ -42,11 +43,11 @@ def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32", pa
 
     k = te.reduce_axis((_i64(0), _i64(npad)), name="k")
     x_at = padded(lambda r, kk: X[r, kk], tirx.min_value(X.dtype))
-    M = te.compute((_i64(rows),), lambda r: te.max(x_at(r, k), axis=k), name="max")
-    E = te.compute((_i64(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
+    M = te.compute((dim(rows),), lambda r: te.max(x_at(r, k), axis=k), name="max")
+    E = te.compute((dim(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
     k2 = te.reduce_axis((_i64(0), _i64(npad)), name="k2")
     e_at = padded(lambda r, kk: E[r, kk], tirx.const(0.0, X.dtype))
-    S = te.compute((_i64(rows),), lambda r: te.sum(e_at(r, k2), axis=k2), name="sum")
+    S = te.compute((dim(rows),), lambda r: te.sum(e_at(r, k2), axis=k2), name="sum")
     one = tirx.const(1.0, X.dtype)
-    Y = te.compute((_i64(rows), _i64(n)), lambda r, j: E[r, j] * (one / S[r]), name="out")
+    Y = te.compute((dim(rows), _i64(n)), lambda r, j: E[r, j] * (one / S[r]), name="out")
     return Y if out_dtype == X.dtype else te.compute(Y.shape, lambda *i: Y[i].astype(out_dtype), name="cast")

@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from ...workload import Workload
+from ..symbolic import flatten_rows as flatten_symbolic
 from . import Composite, Family, dtype, register_family, static_shape
 
 
@@ -46,12 +47,19 @@ def _extract(comp: Composite):
     ln = next(c for c in comp.calls if c.op.name == "relax.nn.layer_norm")
     drop = [c for c in comp.calls if c.op.name == "relax.nn.dropout"]
     x, g, b = (comp.outer(a) for a in ln.args)
-    shape = static_shape(x)
-    if None in (x, g, b) or not all(isinstance(d, int) for d in shape):
+    if None in (x, g, b):
         return None
+    shape = static_shape(x)
     nax = len(ln.attrs.axes)
-    rows, n = math.prod(shape[:-nax]), math.prod(shape[-nax:])
-    args = [x if (len(shape) == 2 and nax == 1) else relax.op.reshape(x, (rows, n))]
+    if all(isinstance(d, int) for d in shape):
+        rows, n = math.prod(shape[:-nax]), math.prod(shape[-nax:])
+        args = [x if (len(shape) == 2 and nax == 1) else relax.op.reshape(x, (rows, n))]
+    else:  # symbolic leading axes: rows named by their product; the normalized axes must be static
+        flat = flatten_symbolic(x, nax)
+        if not isinstance(flat[2], int) or not all(isinstance(d, int) for t in (g, b) for d in static_shape(t)):
+            return None
+        args, rows, n = [flat[0]], flat[1], flat[2]
+        shape = x.ty.shape
     for t in (g, b):
         args.append(t if len(static_shape(t)) == 1 else relax.op.reshape(t, (n,)))
     attrs = {"eps": float(ln.attrs.epsilon), "center": bool(ln.attrs.center), "scale": bool(ln.attrs.scale),

@@ -44,13 +44,17 @@ def _check(variant: str, ann: dict) -> bool:
     if not isinstance(x.ty, relax.TensorType) or x.ty.shape is None or len(x.ty.shape) == 0:
         return False
     shape = static_shape(x)
-    return all(isinstance(d, int) for d in shape) and canonical(shape, _axes(ann["anchor"])) is not None
+    if not all(isinstance(d, int) for d in shape):
+        return symbolic_outer(x, _axes(ann["anchor"])) is not None
+    return canonical(shape, _axes(ann["anchor"])) is not None
 
 
 def _extract(comp: Composite):
     call = next(c for c in comp.calls if c.op.name in OPS)
     x = comp.outer(call.args[0])
     shape = static_shape(x)
+    if not all(isinstance(d, int) for d in shape):
+        return _extract_symbolic(comp, call, x)
     dims = canonical(shape, _axes(call))
     if dims is None:
         return None
@@ -61,7 +65,47 @@ def _extract(comp: Composite):
     return wl, [relax.op.reshape(x, dims)], (lambda y: relax.op.reshape(y, out_shape))
 
 
+def symbolic_outer(x, axes):
+    """``(outer axes, R, I)`` for reducing ``axes`` of ``x`` whose symbolic axes all come before the
+    first reduced one (a batch): the canonical form with ``O`` their product; None otherwise."""
+    shape = static_shape(x)
+    nd = len(shape)
+    red = set(range(nd)) if axes is None else {int(a) % nd for a in axes}
+    first = min(red) if red else nd
+    if any(not isinstance(d, int) for d in shape[first:]):
+        return None
+    dims = canonical((2,) * min(first, 1) + tuple(shape[first:]), [a - first + min(first, 1) for a in red])
+    if dims is None:
+        return None
+    return [x.ty.shape[i] for i in range(first)], dims[1], dims[2]
+
+
+def _extract_symbolic(comp: Composite, call, x):
+    """The canonical ``(O, R, I)`` workload with ``O`` the symbolic product of the outer axes."""
+    from tvm import tirx
+    from tvm.sym import Analyzer  # tvm.arith in older TVM
+
+    from ..symbolic import dim_text
+
+    found = symbolic_outer(x, _axes(call))
+    if found is None:
+        return None
+    outer, R, I = found
+    O = tirx.IntImm("int64", 1)
+    for d in outer:
+        O = O * d
+    O = Analyzer().simplify(O)
+    o_text = int(O) if isinstance(O, tirx.IntImm) else dim_text(O)
+    nd = len(x.ty.shape)
+    axes = set(range(nd)) if _axes(call) is None else {a % nd for a in _axes(call)}
+    keep = bool(call.attrs.keepdims)
+    out_shape = [1 if i in axes else d for i, d in enumerate(x.ty.shape) if keep or i not in axes]
+    wl = Workload("reduce", [(o_text, R, I)], [dtype(x)], str(comp.func.body.body.ty.dtype),
+                  attrs={"kind": OPS[call.op.name], "out_shape": (o_text, I)})
+    return wl, [relax.op.reshape(x, [O, R, I])], (lambda y: relax.op.reshape(y, out_shape))
+
+
 register_family(Family("reduce", [(name.split(".")[1], single_op_anchor(op)) for op, name in
                                   [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False,
-                       covers="static shapes whose reduced axes form one contiguous group once size-1 axes "
-                              "are dropped"))
+                       covers="shapes whose reduced axes form one contiguous group once size-1 axes "
+                              "are dropped, symbolic axes only before the reduced ones"))

@@ -12,6 +12,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
 from ...workload import Workload
+from ..symbolic import flatten_rows as flatten_symbolic
 from . import Composite, Family, dtype, register_family, static_shape
 
 
@@ -38,8 +39,10 @@ def _extract(comp: Composite):
     call = next(c for c in comp.calls if c.op.name == "relax.nn.softmax")
     x = comp.outer(call.args[0])
     shape = static_shape(x)
-    if not all(isinstance(d, int) for d in shape):
-        return None
+    if not all(isinstance(d, int) for d in shape):  # symbolic leading axes: rows named by their product
+        arg, rows, n = flatten_symbolic(x)
+        wl = Workload("softmax", [(rows, n)], [dtype(x)], dtype(x), attrs={"out_shape": (rows, n)})
+        return wl, [arg], None if len(shape) == 2 else (lambda y: relax.op.reshape(y, x.ty.shape))
     arg, rows, n = flatten_rows(x, shape)
     wl = Workload("softmax", [(rows, n)], [dtype(x)], dtype(x), attrs={"out_shape": (rows, n)})
     post = None if len(shape) == 2 else (lambda y: relax.op.reshape(y, shape))

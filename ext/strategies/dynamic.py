@@ -1,0 +1,355 @@
+"""Candidates for workloads with symbolic (run-time) outer dimensions (CPU).
+
+A server batches requests dynamically and a language model's sequence grows,
+so the batch / row / sequence extent of a workload is often a symbol
+(``Workload.shapes`` holds its string). Without these candidates every kernel
+declines such a workload and stock lowering runs (57x slower than the static
+kernel on a matmul with 64 rows). Each candidate here declares the roles it
+takes symbolic (``Candidate.dynamic``, roles in ``_symbolic.py``); its kernel
+keeps the static kernel's tiling and vectorization, with the symbolic loop
+split by the tile size over an extent padded by a PrimExpr (no tail loop,
+no bounds check in the hot loop) and threads over it.
+
+* ``matmul.packed_dyn``: ``x @ W`` with M (every leading axis of ``x``)
+  symbolic and a 2-D weight: ``matmul.packed``'s panels and register tiles.
+* ``matmul.batch_dyn``: batched pairs with any extent symbolic (attention:
+  ``q @ k^T`` has M and N symbolic, ``p @ v`` M and K): B is copied into
+  zero-padded panels inside the kernel.
+* ``softmax.rowwise_dyn``, ``layer_norm.fused_dyn``: the static row kernels
+  (their computes take a symbolic row count) over a parallel symbolic row loop.
+* ``conv2d.direct_nchwc_dyn``: ``conv2d.direct_nchwc`` with a symbolic batch,
+  the images one more axis of its parallel loop.
+* ``reduce.inner_dyn`` / ``reduce.outer_dyn``: ``reduce.inner`` / ``reduce.outer``
+  with the rows ``O`` of the canonical ``(O, R, I)`` symbolic (a batch before the
+  reduced axes: a CNN's global average pool).
+* ``softmax.cols_dyn``: softmax over rows of symbolic length too (attention
+  scores, ``(b, h, s, s)``): reductions padded to whole vectors, vector passes
+  with a predicated tail (``suits`` leaves static row lengths to the others).
+
+The others also take static workloads (``test_candidates`` checks them there) but
+``suits`` leaves those to the static kernels, which see every extent.
+"""
+from __future__ import annotations
+
+from tvm import te
+
+from ..relax_passes.symbolic import SymbolTable, out_shape
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cpu import dynamic as sched
+from ..tir_schedules.cpu import matmul as cpu_mm
+from ..tir_schedules.cpu.dynamic import RowConfig, TileConfig
+from ..topi_kernels import dynamic as dyn
+from ..topi_kernels import host
+from ..topi_kernels import matmul as mm
+from ..topi_kernels import norm, reduce as red, softmax as sm
+from ..tir_schedules.cpu import conv2d as conv_sched
+from ..tir_schedules.cpu.conv2d import DirectConfig
+from ..tir_schedules.cpu.reduce import InnerConfig, OuterConfig
+from ..topi_kernels import conv2d as cv
+from ..workload import Workload
+from . import conv2d as conv
+from .registry import PLEVEL, Candidate, register
+from ._util import lanes as _lanes
+
+
+def _static_suits(wl: Workload, target) -> str | None:
+    return "static shape: the static kernels see every extent" if wl.is_static else None
+
+
+def _float32(wl: Workload) -> str | None:
+    if any(d != "float32" for d in wl.dtypes) or wl.out_dtype != "float32":
+        return f"float32 only, got {'/'.join(sorted(set(wl.dtypes)))} -> {wl.out_dtype}"
+    if any(d == 0 for s in wl.shapes for d in s):
+        return "zero-size dimension"
+    return None
+
+
+def _placeholders(wl: Workload, table: SymbolTable, b_shape=None) -> list[te.Tensor]:
+    names = ["A", "B"] + [f"E{i}" for i in range(len(wl.shapes) - 2)]
+    shapes = list(wl.shapes)
+    if b_shape is not None:
+        shapes[1] = b_shape
+    return [te.placeholder(table.shape(s), dtype=dt, name=n) for n, s, dt in zip(names, shapes, wl.dtypes)]
+
+
+def _tile_space(N: int, target, pars=("panels", "tiles")) -> list[TileConfig]:
+    lanes = _lanes(target)
+    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 32, 48, 64) if nb % lanes == 0
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 4, 6, 8) for par in pars]
+
+
+def _tile_default(N: int, K, target) -> TileConfig:
+    """``matmul.packed``'s heuristic without M: the panel width from N and K, 4 rows per tile
+    (16 accumulators of the 32 zmm), threads over panels when there are enough of them."""
+    info = cpu_info(target)
+    lanes = info.lanes_f32
+    options = [v * lanes for v in (4, 3, 2, 1) if v * lanes <= 64]
+    k = K if isinstance(K, int) else 1024
+    fits = [nb for nb in options if k * nb * 4 <= info.l2_bytes] or [lanes]
+    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
+    best = fits[0]
+    for nb in fits[1:]:
+        if mm.ceil_to(N, nb) < 0.95 * mm.ceil_to(N, best):
+            best = nb
+    mb = max(1, min(4, (info.vector_registers - best // lanes - 1) // max(1, best // lanes)))
+    panels = mm.ceil_to(N, best) // best
+    return TileConfig(mb=mb, nb=best, parallel="panels" if panels >= 4 * info.cores else "tiles")
+
+
+# -- matmul.packed_dyn ---------------------------------------------------------------------------
+
+def _packed_dims(wl: Workload) -> tuple[int, int]:
+    b = wl.shapes[1]
+    return (b[0], b[1]) if wl.attr("transpose_b") else (b[1], b[0])  # (N, K)
+
+
+def _packed_check(wl, target):
+    reason = _float32(wl)
+    if reason:
+        return reason
+    if len(wl.shapes[1]) != 2 or len(wl.shapes[0]) < 2:
+        return "needs a 2-D weight and an operand of rank >= 2 (batched pairs: matmul.batch_dyn)"
+    return None
+
+
+def _pack_func(wl: Workload, nb: int, target):
+    N, K = _packed_dims(wl)
+    layout = "nk" if wl.attr("transpose_b") else "kn"
+    B = te.placeholder(tuple(mm._i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="B")
+    Bp = mm.pack_weight(B, N=N, K=K, nb=nb, b_layout=layout)
+    sch = create_schedule([B, Bp])
+    cpu_mm.schedule_pack(sch, _lanes(target))
+    return host.attach(finish(sch, "matmul.pack"), "matmul.pack", N=N, nb=nb, layout=layout)
+
+
+def _packed_build(wl, cfg: TileConfig, target):
+    N, K = _packed_dims(wl)
+    table = SymbolTable()
+    A, Bp, *extras = _placeholders(wl, table, b_shape=(mm.ceil_to(N, cfg.nb) // cfg.nb, K, cfg.nb))
+    _, D = dyn.matmul_rows(A, Bp, N=N, nb=cfg.nb, epilogue=wl.epilogue, extras=extras, out_dtype=wl.out_dtype,
+                           pad_rows=cfg.mb)
+    sch = create_schedule([A, Bp, *extras, D])
+    sched.schedule_rows_gemm(sch, cfg, _lanes(target), nbatch=len(wl.shapes[0]) - 2, threads=cpu_info(target).cores)
+    return finish(sch, "matmul.packed_dyn")
+
+
+def _packed_suits(wl, target):
+    if not wl.attr("b_const"):
+        return "run-time weight: packing it on every call (a symbolic M may be 1)"
+    return _static_suits(wl, target)
+
+
+register(Candidate("matmul.packed_dyn", ("llvm",), PLEVEL.BLOCKED, _packed_check, TileConfig,
+                   space=lambda wl, t: _tile_space(_packed_dims(wl)[0], t),
+                   default=lambda wl, t: _tile_default(*_packed_dims(wl), t), build=_packed_build,
+                   transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)}, suits=_packed_suits,
+                   dynamic=("rows",)))
+
+
+# -- matmul.batch_dyn ----------------------------------------------------------------------------
+
+def _batch_check(wl, target):
+    reason = _float32(wl)
+    if reason:
+        return reason
+    ra, rb = len(wl.shapes[0]), len(wl.shapes[1])
+    if max(ra, rb) < 3 or min(ra, rb) < 2:
+        return "needs a batched operand (3-D or more) and no 1-D operand"
+    return None
+
+
+def _batch_out(wl) -> tuple:
+    return out_shape(wl)
+
+
+def _batch_N(wl) -> int:
+    """N for the panel width; a symbolic N (attention scores) is taken as 64: whole 4-vector panels."""
+    n = _batch_out(wl)[-1]
+    return n if isinstance(n, int) else 64
+
+
+def _batch_default(wl, target):
+    lanes = _lanes(target)
+    N = _batch_N(wl)
+    return TileConfig(mb=4, nb=min(64, mm.ceil_to(N, lanes)), parallel="panels")
+
+
+def _batch_build(wl, cfg: TileConfig, target):
+    table = SymbolTable()
+    A, B, *extras = _placeholders(wl, table)
+    out = table.shape(_batch_out(wl))
+    _, _, D = dyn.batch_matmul(A, B, out_shape=out, transpose_b=bool(wl.attr("transpose_b")), epilogue=wl.epilogue,
+                               extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
+    sch = create_schedule([A, B, *extras, D])
+    sched.schedule_batch(sch, cfg, _lanes(target), nbatch=len(out) - 2, threads=cpu_info(target).cores,
+                         symbolic_cols=not isinstance(_batch_out(wl)[-1], int))
+    return finish(sch, "matmul.batch_dyn")
+
+
+register(Candidate("matmul.batch_dyn", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
+                   space=lambda wl, t: _tile_space(_batch_N(wl), t, pars=("panels",)), default=_batch_default,
+                   build=_batch_build, suits=_static_suits, dynamic=("rows", "cols", "reduction", "batch")))
+
+
+# -- softmax.rowwise_dyn / layer_norm.fused_dyn --------------------------------------------------
+
+def _rows_check(wl, target):
+    reason = _float32(wl)
+    if reason:
+        return reason
+    if len(wl.shapes[0]) != 2:
+        return f"expects (rows, n) after flattening, got rank {len(wl.shapes[0])}"
+    n = wl.shapes[0][1]
+    if wl.op == "layer_norm" and any(tuple(s) != (n,) for s in wl.shapes[1:]):
+        return f"gamma/beta must be ({n},), got {wl.shapes[1:]}"
+    return None
+
+
+def _rows_space(wl, target):
+    lanes = _lanes(target)
+    return [RowConfig(rows_per_task=r, lanes=l) for r in (1, 2, 4, 8) for l in sorted({lanes, max(4, lanes // 2)})]
+
+
+def _rows_default(wl, target):
+    return RowConfig(rows_per_task=1, lanes=_lanes(target))
+
+
+def _pad(n: int, cfg: RowConfig) -> int:
+    return cfg.lanes if n >= 2 * cfg.lanes else 1
+
+
+def _cols_suits(wl, target):
+    if isinstance(wl.shapes[0][1], int):
+        return "static row length: softmax.rowwise_dyn (or the static kernels) see it"
+    return None
+
+
+def _softmax_cols_build(wl, cfg: RowConfig, target):
+    rows, n = SymbolTable().shape(wl.shapes[0])
+    X = te.placeholder((rows, n), dtype=wl.dtypes[0], name="X")
+    Y = dyn.softmax_cols(X, cfg.lanes, wl.out_dtype)
+    sch = create_schedule([X, Y])
+    sched.schedule_softmax_cols(sch, cfg)
+    return finish(sch, "softmax.cols_dyn")
+
+
+def _softmax_build(wl, cfg: RowConfig, target):
+    rows, n = SymbolTable().shape(wl.shapes[0])
+    X = te.placeholder((rows, n), dtype=wl.dtypes[0], name="X")
+    Y = sm.softmax_rows(X, rows, int(n), wl.out_dtype, pad_to=_pad(int(n), cfg))
+    sch = create_schedule([X, Y])
+    sched.schedule_softmax(sch, cfg)
+    return finish(sch, "softmax.rowwise_dyn")
+
+
+def _layer_norm_build(wl, cfg: RowConfig, target):
+    rows, n = SymbolTable().shape(wl.shapes[0])
+    X = te.placeholder((rows, n), dtype=wl.dtypes[0], name="X")
+    G = te.placeholder((n,), dtype=wl.dtypes[1], name="gamma")
+    B = te.placeholder((n,), dtype=wl.dtypes[2], name="beta")
+    Y = norm.layer_norm_rows(X, G, B, rows, int(n), eps=float(wl.attr("eps", 1e-5)),
+                             center=bool(wl.attr("center", True)), scale=bool(wl.attr("scale", True)),
+                             pad_to=_pad(int(n), cfg))
+    sch = create_schedule([X, G, B, Y])
+    sched.schedule_layer_norm(sch, cfg)
+    return finish(sch, "layer_norm.fused_dyn")
+
+
+register(Candidate("softmax.rowwise_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_check, RowConfig, space=_rows_space,
+                   default=_rows_default, build=_softmax_build, suits=_static_suits, dynamic=("rows",)))
+register(Candidate("softmax.cols_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_check, RowConfig, space=_rows_space,
+                   default=_rows_default, build=_softmax_cols_build, suits=_cols_suits, dynamic=("rows", "cols")))
+register(Candidate("layer_norm.fused_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_check, RowConfig, space=_rows_space,
+                   default=_rows_default, build=_layer_norm_build, suits=_static_suits, dynamic=("rows",)))
+
+
+# -- conv2d.direct_nchwc_dyn ---------------------------------------------------------------------
+# ``conv2d.direct_nchwc``'s checks, knob space and default read no batch size: reused as they are.
+
+def _conv_build(wl, cfg: DirectConfig, target):
+    """``conv2d.direct_nchwc``'s kernel with the batch a ``tirx.Var``: its fused parallel loop
+    (image x channel block x row) runs over every image of the call."""
+    table = SymbolTable()
+    g = conv.geom(wl)
+    g = cv.ConvGeom(table.dim(g.N), g.C, g.H, g.W, g.O, g.KH, g.KW, g.stride, g.pad, g.dilation, g.groups)
+    X, Wp, *extras = _placeholders(wl, table, b_shape=conv._direct_wshape(g, cfg))
+    _, _, D = cv.conv2d_nchwc(X, Wp, g, icb=cfg.icb, ocb=cfg.ocb, ow_pad=cfg.reg_n, epilogue=wl.epilogue,
+                              extras=[dyn.Broadcastable(e) for e in extras], out_dtype=wl.out_dtype)
+    sch = create_schedule([X, Wp, *extras, D])
+    conv_sched.schedule_direct_nchwc(sch, cfg, _lanes(target))
+    return finish(sch, "conv2d.direct_nchwc_dyn")
+
+
+def _conv_transforms(wl, cfg: DirectConfig, target):
+    """The weight packed into ``(OB, RC, KH, KW, icb, ocb)`` blocks, as ``conv2d.direct_nchwc``."""
+    g = conv.geom(wl)
+    Wt = te.placeholder(tuple(mm._i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="W")
+    Wp = cv.pack_weight_nchwc(Wt, g, cfg.icb, cfg.ocb)
+    sch = create_schedule([Wt, Wp])
+    conv_sched.schedule_pack(sch, "Wp", _lanes(target), 2)
+    RC, OB = cv.nchwc_blocks(g, cfg.icb, cfg.ocb)
+    return {1: host.attach(finish(sch, "conv2d.pack_nchwc"), "conv2d.pack_nchwc", OB=OB, RC=RC, icb=cfg.icb,
+                           ocb=cfg.ocb)}
+
+
+register(Candidate("conv2d.direct_nchwc_dyn", ("llvm",), PLEVEL.BLOCKED, conv._direct_check, DirectConfig,
+                   space=conv._direct_space, default=conv._direct_default, build=_conv_build,
+                   transforms=_conv_transforms, suits=_static_suits, dynamic=("batch",)))
+
+
+# -- reduce.inner_dyn / reduce.outer_dyn ---------------------------------------------------------
+
+def _reduce_check(wl, target):
+    if wl.attr("kind") not in red.KINDS:
+        return f"unknown reduction kind {wl.attr('kind')!r}"
+    reason = _float32(wl)
+    if reason:
+        return reason
+    if len(wl.shapes[0]) != 3:
+        return "expects the canonical (O, R, I) form"
+    return None
+
+
+def _reduce_inner_check(wl, target):
+    return _reduce_check(wl, target) or (None if wl.shapes[0][2] == 1 else "kept inner axis: reduce.outer_dyn")
+
+
+def _reduce_outer_check(wl, target):
+    return _reduce_check(wl, target) or (None if wl.shapes[0][2] != 1 else "nothing kept inside: reduce.inner_dyn")
+
+
+def _reduce_build(name, schedule, padded: bool):
+    def build(wl, cfg, target):
+        X = te.placeholder(SymbolTable().shape(wl.shapes[0]), dtype=wl.dtypes[0], name="X")
+        R = wl.shapes[0][1]
+        Y = dyn.reduce_rows(X, wl.attr("kind"), pad_to=cfg.lanes if padded and R >= 2 * cfg.lanes else 1)
+        sch = create_schedule([X, Y])
+        schedule(sch, cfg)
+        return finish(sch, name)
+
+    return build
+
+
+def _reduce_inner_default(wl, target):
+    lanes = _lanes(target)
+    return InnerConfig(1, 4 * lanes if wl.shapes[0][1] >= 32 * lanes else lanes)
+
+
+def _reduce_outer_default(wl, target):
+    lanes, I = _lanes(target), wl.shapes[0][2]
+    return OuterConfig(cols=max(lanes, min(1024, -(-I // lanes) * lanes)), lanes=lanes)
+
+
+register(Candidate("reduce.inner_dyn", ("llvm",), PLEVEL.BLOCKED, _reduce_inner_check, InnerConfig,
+                   space=lambda wl, t: [InnerConfig(r, v * _lanes(t)) for r in (1, 2, 4, 8, 16) for v in (1, 4)],
+                   default=_reduce_inner_default, build=_reduce_build("reduce.inner_dyn", sched.schedule_reduce_inner,
+                                                                      True),
+                   suits=_static_suits, dynamic=("outer",)))
+register(Candidate("reduce.outer_dyn", ("llvm",), PLEVEL.BLOCKED, _reduce_outer_check, OuterConfig,
+                   space=lambda wl, t: [OuterConfig(c, _lanes(t)) for c in (1, 4, 16, 64)
+                                        for c in [c * _lanes(t)] if c < -(-wl.shapes[0][2] // _lanes(t)) * _lanes(t)
+                                        + _lanes(t)],
+                   default=_reduce_outer_default, build=_reduce_build("reduce.outer_dyn", sched.schedule_reduce_outer,
+                                                                      False),
+                   suits=_static_suits, dynamic=("outer",)))

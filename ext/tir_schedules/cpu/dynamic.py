@@ -1,0 +1,161 @@
+"""CPU schedules for kernels with a symbolic outer extent (``topi_kernels.dynamic``,
+row-wise softmax / layer norm over symbolic rows).
+
+The static schedules are reused where they only split the symbolic loop
+(``matmul.schedule_tiled``: a row loop of ``ceildiv(M, mb) * mb`` splits
+exactly); what differs is the threading decision, which the static schedules
+take from the loop extents (no threads under ~16K elements): with a symbolic
+extent the row loop is always parallel (a call with one row pays one wake-up
+of the thread pool, a few us).
+
+A loop of symbolic length split by the vector width keeps a predicate in the
+vector loop, which TVM scalarizes (3.3x slower on ``exp``); loops over a
+symbolic extent are therefore either padded to whole vectors by the compute
+or left plain for LLVM to vectorize with a run-time tail (the write-back of a
+symbolic N, softmax's element-wise passes).
+"""
+from __future__ import annotations
+
+from tvm import s_tir
+
+from ..common import has_block
+from .matmul import TileConfig, schedule_tiled
+from .softmax import RowConfig, rfactor_lanes, vectorize_inner, vectorize_rf
+
+__all__ = ["TileConfig", "RowConfig", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
+           "schedule_softmax_cols", "schedule_layer_norm", "schedule_reduce_inner", "schedule_reduce_outer"]
+
+
+def schedule_rows_gemm(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int, threads: int) -> None:
+    """``matmul_rows``: the static tiled schedule over the symbolic row loop."""
+    schedule_tiled(sch, cfg, lanes, nbatch=nbatch, threads=threads)
+
+
+def _tiled_plain_store(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int) -> None:
+    """``matmul.schedule_tiled`` (parallel ``panels``/``none``) with the write-back's column loop
+    left plain: with a symbolic N it carries a predicate, which a TIR vector loop would scalarize
+    and LLVM vectorizes with masked stores."""
+    d = sch.get_sblock("D")
+    loops = sch.get_loops(d)
+    batch, i, j = loops[:nbatch], loops[nbatch], loops[nbatch + 1]
+    i0, i1 = sch.split(i, [None, cfg.mb])
+    j0, j1 = sch.split(j, [None, cfg.nb])
+    sch.reorder(*batch, j0, i0, i1, j1)
+    c = sch.get_sblock("C")
+    sch.compute_at(c, i0, preserve_unit_loops=True)
+    sch.set_scope(c, 0, "local")
+    ci, cj, ck = sch.get_loops(c)[-3:]
+    sch.reorder(ck, ci, cj)
+    sch.unroll(ci)
+    if cfg.nb % lanes == 0 and cfg.nb // lanes not in (1, 2, 4):
+        cj0, cj1 = sch.split(cj, [None, lanes])
+        sch.unroll(cj0)
+        sch.vectorize(cj1)
+    else:
+        sch.vectorize(cj)
+    if cfg.parallel != "none":
+        outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    sch.decompose_reduction(c, ck)
+
+
+def schedule_batch(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int, threads: int,
+                   symbolic_cols: bool = False) -> None:
+    """``batch_matmul``: the in-kernel copy ``Bt`` parallel over its batch axes (or K when
+    unbatched), its contiguous axis vectorized; then the tiled schedule of ``C``/``D``."""
+    if has_block(sch, "Bt"):
+        bt = sch.get_sblock("Bt")
+        loops = sch.get_loops(bt)
+        outer = loops[:-1] if len(loops) > 2 else loops[:1]
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        _, j1 = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(j1)
+    if symbolic_cols:
+        _tiled_plain_store(sch, cfg, lanes, nbatch)
+    else:
+        schedule_tiled(sch, cfg, lanes, nbatch=nbatch, threads=threads)
+
+
+def _row_loops(sch: s_tir.Schedule, cfg: RowConfig, blocks) -> None:
+    """``softmax.row_loops`` for a symbolic row count: always parallel (one row of work is a task)."""
+    out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
+    r, _ = sch.get_loops(out)
+    r0, r1 = sch.split(r, [None, cfg.rows_per_task])
+    if has_block(sch, "cast"):
+        sch.compute_at(sch.get_sblock("out"), r1)
+    for name in blocks:
+        sch.compute_at(sch.get_sblock(name), r1)
+        if has_block(sch, name + "_rf"):
+            sch.compute_at(sch.get_sblock(name + "_rf"), r1)
+    sch.parallel(r0)
+
+
+def schedule_softmax(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    """``softmax.schedule_rowwise`` with the symbolic row loop."""
+    rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("max", "sum")]
+    _row_loops(sch, cfg, ("sum", "exp", "max"))
+    for rf in rfs:
+        if rf is not None:
+            vectorize_rf(sch, rf)
+    for name in ("out", "exp") + (("cast",) if has_block(sch, "cast") else ()):
+        vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
+
+
+def schedule_layer_norm(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    """``norm.schedule_layer_norm`` with the symbolic row loop."""
+    rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("s1", "s2")]
+    _row_loops(sch, cfg, ("rstd", "mean", "s2", "s1"))
+    for rf in rfs:
+        if rf is not None:
+            vectorize_rf(sch, rf)
+    vectorize_inner(sch, sch.get_sblock("out"), cfg.lanes)
+
+
+def _rfactor_symbolic(sch: s_tir.Schedule, block, lanes: int):
+    """``softmax.rfactor_lanes`` for a reduction over whole vectors (``n // lanes * lanes``)."""
+    loop = sch.get_loops(block)[-1]
+    _, k1 = sch.split(loop, [None, lanes])
+    return sch.rfactor(k1, factor_axis=len(sch.get_loops(block)) - 2)
+
+
+def schedule_softmax_cols(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    """``softmax_cols``: rows in parallel, the whole-vector halves of both reductions as lane-wise
+    partials; the element-wise passes and the tails stay plain loops (see the compute)."""
+    rfs = [_rfactor_symbolic(sch, sch.get_sblock(name), cfg.lanes) for name in ("max_v", "sum_v")]
+    _row_loops(sch, cfg, ("inv", "sum_t", "sum_v", "exp", "max", "max_t", "max_v"))
+    for rf in rfs:
+        vectorize_rf(sch, rf)
+    for name in ("max_t", "sum_t"):  # the tail may be empty: its init must not sit inside its loop
+        block = sch.get_sblock(name)
+        sch.decompose_reduction(block, sch.get_loops(block)[-1])
+
+
+def schedule_reduce_inner(sch: s_tir.Schedule, cfg) -> None:
+    """``reduce.schedule_inner`` (``I == 1``) over a symbolic row count: rows always parallel."""
+    acc = sch.get_sblock("acc")
+    rf = rfactor_lanes(sch, acc, cfg.lanes)
+    out = sch.get_sblock("out")
+    o, _ = sch.get_loops(out)
+    o0, o1 = sch.split(o, [None, cfg.rows_per_task])
+    sch.compute_at(acc, o1)
+    sch.parallel(o0)
+    if rf is not None:
+        sch.compute_at(rf, o1)
+        vectorize_rf(sch, rf)
+
+
+def schedule_reduce_outer(sch: s_tir.Schedule, cfg) -> None:
+    """``reduce.schedule_outer`` (``I > 1``, no chunks) over a symbolic row count."""
+    from .reduce import _vectorize
+
+    out = sch.get_sblock("out")
+    o, i = sch.get_loops(out)
+    i0, i1 = sch.split(i, [None, cfg.cols])
+    sch.parallel(sch.fuse(o, i0))
+    acc = sch.get_sblock("acc")
+    sch.compute_at(acc, sch.get_loops(out)[0], preserve_unit_loops=True)
+    ai, ak = sch.get_loops(acc)[-2:]
+    sch.reorder(ak, ai)
+    _vectorize(sch, ai, cfg.lanes)
+    sch.decompose_reduction(acc, ak)
+    _vectorize(sch, i1, cfg.lanes)

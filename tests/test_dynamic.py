@@ -1,0 +1,315 @@
+"""Symbolic (run-time) outer dimensions: ``Candidate.dynamic``, the ``*_dyn`` candidates
+(``ext/strategies/dynamic.py``) against NumPy for several values of each symbol (1 and
+primes), and whole graphs built once with a symbolic batch / sequence and run at several
+sizes against PyTorch and the static build."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+from tvm.relax import TensorType
+
+import ext
+from ext.relax_passes.symbolic import out_shape, parse_dim
+from ext.strategies import REGISTRY
+from ext.strategies._symbolic import symbolic_roles
+from ext.testing import assert_close
+from ext.workload import Workload
+
+SIZES = (1, 7, 64)
+F32 = "float32"
+
+
+def _wl(op, shapes, **attrs):
+    epilogue = attrs.pop("epilogue", ())
+    return Workload(op, shapes, [F32] * len(shapes), F32, attrs=attrs, epilogue=epilogue)
+
+
+def _concrete(shape, values: dict) -> tuple:
+    """``shape`` with its symbols replaced by ``values`` (name -> int)."""
+    return tuple(d if isinstance(d, int) else int(parse_dim(d, values)) for d in shape)
+
+
+def _run_candidate(name, wl, target, inputs: list, out: tuple) -> np.ndarray:
+    """Build ``name``'s default kernel for symbolic ``wl`` once; run it on concrete ``inputs``."""
+    cand = REGISTRY.get(name)
+    assert cand.applies(wl, target), cand.applies(wl, target).reason
+    cfg = cand.default_config(wl, target)
+    args = [tvm.runtime.tensor(a) for a in inputs]
+    for idx, tf in cand.input_transforms(wl, cfg, target).items():
+        dst = tvm.runtime.empty([int(d) for d in tf.params[-1].ty.shape], F32)
+        tvm.compile(tf.with_attr("global_symbol", "t"), target=target)["t"](args[idx], dst)
+        args[idx] = dst
+    kernel = tvm.compile(cand.build(wl, cfg, target).with_attr("global_symbol", "k"), target=target)
+    res = tvm.runtime.empty(out, F32)
+    kernel["k"](*args, res)
+    return res.numpy()
+
+
+def _rand(rng, shape):
+    return rng.standard_normal(shape).astype(F32)
+
+
+# -- declarations ----------------------------------------------------------------------------------
+
+def test_roles_name_each_symbol():
+    wl = _wl("matmul", [(1, "s", 64), (64, 96)], transpose_b=False, b_const=True)
+    assert symbolic_roles(wl) == {"s": {"rows"}}
+    att = _wl("matmul", [(4, "s", 16), (4, 16, "s")], transpose_b=False, b_const=False)
+    assert symbolic_roles(att) == {"s": {"rows", "cols"}}
+    assert symbolic_roles(_wl("softmax", [("n", 37)])) == {"n": {"rows"}}
+    assert symbolic_roles(_wl("matmul", [(5, 7), (7, 9)])) == {}
+
+
+def test_static_candidates_decline_naming_the_role(cpu_target):
+    wl = _wl("matmul", [("n", 33), (33, 45)], transpose_b=False, b_const=True)
+    verdict = REGISTRY.get("matmul.packed").applies(wl, cpu_target)
+    assert not verdict and "n: rows" in verdict.reason and "static shapes only" in verdict.reason
+    assert REGISTRY.get("matmul.packed_dyn").applies(wl, cpu_target)
+
+
+def test_dynamic_candidate_declines_an_undeclared_role(cpu_target):
+    wl = _wl("matmul", [(5, "k"), ("k", 45)], transpose_b=False, b_const=True)  # symbolic reduction
+    verdict = REGISTRY.get("matmul.packed_dyn").applies(wl, cpu_target)
+    assert not verdict and "k: reduction" in verdict.reason and "rows" in verdict.reason
+    ln = _wl("layer_norm", [("r", "n"), ("n",), ("n",)], eps=1e-5, out_shape=("r", "n"))
+    verdict = REGISTRY.get("layer_norm.fused_dyn").applies(ln, cpu_target)
+    assert not verdict and "n: cols" in verdict.reason
+
+
+def test_dynamic_candidates_leave_static_shapes_to_the_static_kernels(cpu_target):
+    wl = _wl("softmax", [(5, 37)], out_shape=(5, 37))
+    assert REGISTRY.get("softmax.rowwise_dyn").applies(wl, cpu_target)
+    assert not REGISTRY.get("softmax.rowwise_dyn").suited(wl, cpu_target)
+    assert ext.strategies.choose(wl, cpu_target).candidate.name == "softmax.rowwise"
+
+
+def test_parse_dim_rejects_what_is_not_a_shape_expression():
+    n = tirx.Var("n", "int64")
+    assert str(parse_dim("n * 4", {"n": n})) == "n * T.int64(4)"
+    with pytest.raises(ValueError, match="do not define"):
+        parse_dim("m + 1", {"n": n})
+    with pytest.raises(ValueError, match="not an integer expression"):
+        parse_dim("__import__('os')", {"n": n})
+
+
+# -- each symbolic candidate against NumPy -----------------------------------------------------------
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_packed_dyn_matches_numpy(cpu_target, transpose_b):
+    K, N = 37, 53
+    wshape = (N, K) if transpose_b else (K, N)
+    wl = _wl("matmul", [("n", K), wshape, (N,)], transpose_b=transpose_b, b_const=True, epilogue=("bias", "relu"))
+    rng = np.random.default_rng(1)
+    w, b = _rand(rng, wshape), _rand(rng, (N,))
+    for n in SIZES:
+        a = _rand(rng, (n, K))
+        got = _run_candidate("matmul.packed_dyn", wl, cpu_target, [a, w, b], (n, N))
+        ref = np.maximum(a.astype("float64") @ (w.T if transpose_b else w) + b, 0)
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n}")
+
+
+def test_packed_dyn_takes_batch_and_sequence_axes_with_a_residual(cpu_target):
+    K, N = 19, 31
+    wl = _wl("matmul", [("b", "s", K), (K, N), (N,), ("b", "s", N)], transpose_b=False, b_const=True,
+             epilogue=("bias", "residual"))
+    rng = np.random.default_rng(2)
+    w, bias = _rand(rng, (K, N)), _rand(rng, (N,))
+    for bs, s in [(1, 1), (2, 7), (3, 13)]:
+        a, res = _rand(rng, (bs, s, K)), _rand(rng, (bs, s, N))
+        got = _run_candidate("matmul.packed_dyn", wl, cpu_target, [a, w, bias, res], (bs, s, N))
+        assert_close(got, a.astype("float64") @ w + bias + res, rtol=1e-4, atol=1e-4, what=f"b={bs} s={s}")
+
+
+@pytest.mark.parametrize("transpose_b", [True, False])
+def test_batch_dyn_attention_shapes_match_numpy(cpu_target, transpose_b):
+    """q @ k^T (M = N = s, K = head dim, k read transposed) and p @ v (M = K = s, N = head dim)."""
+    H, D = 3, 17
+    if transpose_b:
+        wl = _wl("matmul", [(1, H, "s", D), (1, H, "s", D)], transpose_b=True, b_const=False)
+    else:
+        wl = _wl("matmul", [(1, H, "s", "s"), (1, H, "s", D)], transpose_b=False, b_const=False)
+    rng = np.random.default_rng(3)
+    for s in SIZES:
+        shapes = [_concrete(sh, {"s": s}) for sh in wl.shapes]
+        a, b = (_rand(rng, sh) for sh in shapes)
+        out = _concrete(out_shape(wl), {"s": s})
+        got = _run_candidate("matmul.batch_dyn", wl, cpu_target, [a, b], out)
+        ref = a.astype("float64") @ (np.swapaxes(b, -1, -2) if transpose_b else b)
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"s={s}")
+
+
+def _softmax_ref(x):
+    x = x.astype("float64")
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("name,cols", [("softmax.rowwise_dyn", 37), ("softmax.rowwise_dyn", 1031),
+                                       ("softmax.cols_dyn", "n")])
+def test_softmax_dyn_matches_numpy(cpu_target, name, cols):
+    wl = _wl("softmax", [("r", cols)], out_shape=("r", cols))
+    rng = np.random.default_rng(4)
+    # row lengths: shorter than a vector, whole vectors only (an empty scalar tail), ragged
+    for r, n in zip(SIZES + (5,), (1, 64, 23, 16) if isinstance(cols, str) else (cols,) * 4):
+        x = _rand(rng, (r, n)) * 4
+        got = _run_candidate(name, wl, cpu_target, [x], (r, n))
+        assert_close(got, _softmax_ref(x), rtol=1e-5, atol=1e-6, what=f"{name} rows={r} n={n}")
+
+
+def test_layer_norm_dyn_matches_numpy(cpu_target):
+    n = 67
+    wl = _wl("layer_norm", [("r", n), (n,), (n,)], eps=1e-5, center=True, scale=True, out_shape=("r", n))
+    rng = np.random.default_rng(5)
+    g, b = _rand(rng, (n,)), _rand(rng, (n,))
+    for r in SIZES:
+        x = _rand(rng, (r, n)) + 100.0
+        got = _run_candidate("layer_norm.fused_dyn", wl, cpu_target, [x, g, b], (r, n))
+        xd = x.astype("float64")
+        ref = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5) * g + b
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"rows={r}")
+
+
+@pytest.mark.parametrize("kind,R,I", [("mean", 67, 1), ("max", 5, 1), ("sum", 7, 37), ("min", 3, 19)])
+def test_reduce_dyn_matches_numpy(cpu_target, kind, R, I):
+    name = "reduce.inner_dyn" if I == 1 else "reduce.outer_dyn"
+    wl = _wl("reduce", [("o", R, I)], kind=kind, out_shape=("o", I))
+    rng = np.random.default_rng(8)
+    for o in SIZES:
+        x = _rand(rng, (o, R, I))
+        got = _run_candidate(name, wl, cpu_target, [x], (o, I))
+        assert_close(got, getattr(np, kind)(x.astype("float64"), axis=1), rtol=1e-5, atol=1e-5, what=f"o={o}")
+
+
+@pytest.mark.parametrize("C,O,stride,epilogue", [(3, 17, 1, ("bias", "relu")), (16, 32, 2, ("bias", "residual"))])
+def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
+    torch = pytest.importorskip("torch")
+    H = 13
+    OH = (H + 2 - 3) // stride + 1
+    shapes = [("n", C, H, H), (O, C, 3, 3), (1, O, 1, 1)] + ([("n", O, OH, OH)] if "residual" in epilogue else [])
+    wl = _wl("conv2d", shapes, strides=(stride, stride), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1,
+             data_layout="NCHW", kernel_layout="OIHW", out_shape=("n", O, OH, OH), w_const=True, epilogue=epilogue)
+    rng = np.random.default_rng(9)
+    w, b = _rand(rng, (O, C, 3, 3)), _rand(rng, (1, O, 1, 1))
+    for n in SIZES[:2] + (5,):
+        x = _rand(rng, (n, C, H, H))
+        ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                         stride=stride, padding=1).numpy() + b
+        inputs = [x, w, b]
+        if "residual" in epilogue:
+            res = _rand(rng, (n, O, OH, OH))
+            inputs.append(res)
+            ref = ref + res
+        else:
+            ref = np.maximum(ref, 0)
+        got = _run_candidate("conv2d.direct_nchwc_dyn", wl, cpu_target, inputs, (n, O, OH, OH))
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n}")
+
+
+# -- whole graphs: built once, run at several sizes ---------------------------------------------------
+
+def _build(mod, target):
+    ex = ext.build(mod, target, cache=False, verbose=False)
+    return ex, ext.last_report()
+
+
+def _chosen(report) -> dict:
+    return {row.workload.key: row.candidate.name for row in report.decisions if row.candidate is not None}
+
+
+def test_symbolic_rows_graph_uses_dynamic_candidates(cpu_target):
+    K, N = 33, 45
+    rng = np.random.default_rng(6)
+    w, b, g, be = _rand(rng, (K, N)), _rand(rng, (N,)), _rand(rng, (N,)), _rand(rng, (N,))
+    n = tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", TensorType([n, K], F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.relu(relax.op.add(relax.op.matmul(x, relax.const(w)), relax.const(b))))
+            z = bb.emit(relax.op.nn.softmax(y, axis=-1))
+            out = bb.emit_output(bb.emit(relax.op.nn.layer_norm(z, relax.const(g), relax.const(be), axes=[-1])))
+        bb.emit_func_output(out)
+    ex, report = _build(bb.get(), cpu_target)
+    chosen = set(_chosen(report).values())
+    assert {"matmul.packed_dyn", "softmax.rowwise_dyn", "layer_norm.fused_dyn"} <= chosen, report
+    assert not [r for r in report.decisions if r.source == "failed"], report
+    assert not [r for r in report.stock if r.workload.op.startswith(("relax.matmul", "relax.nn"))], report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for m in SIZES:
+        xa = _rand(rng, (m, K))
+        z = _softmax_ref(np.maximum(xa.astype("float64") @ w + b, 0))
+        ref = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5) * g + be
+        assert_close(vm["main"](tvm.runtime.tensor(xa)).numpy(), ref, rtol=1e-4, atol=1e-4, what=f"n={m}")
+
+
+def test_symbolic_sequence_transformer_layer_equals_static_builds(cpu_target):
+    torch = pytest.importorskip("torch")
+    from ext.models.transformer import encoder_layer
+
+    net = encoder_layer(64, 4, 96)
+    s = torch.export.Dim("s", min=1, max=512)
+    mod = ext.frontend.from_torch(net, (torch.randn(1, 17, 64),), dynamic_shapes={"x": {1: s}})
+    ex, report = _build(mod, cpu_target)
+    chosen = set(_chosen(report).values())
+    assert {"matmul.packed_dyn", "matmul.batch_dyn", "softmax.cols_dyn", "layer_norm.fused_dyn"} <= chosen, report
+    assert not [r for r in report.stock if r.workload.op in ("relax.matmul", "relax.nn.softmax",
+                                                             "relax.nn.layer_norm")], report
+    assert not [r for r in report.decisions if r.source == "failed"], report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for n in SIZES:
+        x = torch.randn(1, n, 64)
+        got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+        with torch.no_grad():
+            ref = net(x).numpy()
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"s={n} vs PyTorch")
+        if n == 7:  # the static build of the same layer at this size gives the same numbers
+            static, _ = _build(ext.frontend.from_torch(net, (x,)), cpu_target)
+            want = relax.VirtualMachine(static, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+            assert_close(got, want, rtol=1e-5, atol=1e-5, what="symbolic vs static build")
+
+
+def test_onnx_dynamic_axis_imports_symbolic_and_selects_dynamic_kernels(cpu_target):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = _rand(np.random.default_rng(7), (33, 45))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Softmax", ["y"], ["z"], axis=-1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 33])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 45])], [numpy_helper.from_array(w, "W")])
+    mod = ext.frontend.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    ex, report = _build(mod, cpu_target)
+    assert {"matmul.packed_dyn", "softmax.rowwise_dyn"} <= set(_chosen(report).values()), report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for n in SIZES:
+        x = _rand(np.random.default_rng(n), (n, 33))
+        assert_close(vm["main"](tvm.runtime.tensor(x)).numpy(), _softmax_ref(x.astype("float64") @ w),
+                     rtol=1e-5, atol=1e-6, what=f"n={n}")
+
+
+def test_symbolic_batch_conv_net_equals_static_builds(cpu_target):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 11)).eval()
+    n = torch.export.Dim("n", min=1, max=64)
+    mod = ext.frontend.from_torch(net, (torch.randn(2, 3, 15, 15),), dynamic_shapes={"input": {0: n}})
+    ex, report = _build(mod, cpu_target)
+    chosen = set(_chosen(report).values())
+    assert {"conv2d.direct_nchwc_dyn", "reduce.inner_dyn", "matmul.packed_dyn"} <= chosen, report
+    assert not [r for r in report.stock if r.workload.op in ("relax.nn.conv2d", "relax.mean", "relax.matmul")], report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for b in SIZES[:2] + (13,):
+        x = torch.randn(b, 3, 15, 15)
+        got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+        with torch.no_grad():
+            assert_close(got, net(x).numpy(), rtol=1e-4, atol=1e-4, what=f"batch {b} vs PyTorch")
+        if b == 7:  # the static build at this batch gives the same numbers
+            static, _ = _build(ext.frontend.from_torch(net, (x,)), cpu_target)
+            want = relax.VirtualMachine(static, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+            assert_close(got, want, rtol=1e-5, atol=1e-5, what="symbolic vs static build")
