@@ -239,12 +239,7 @@ class TaskScheduler(Tuner):
 
     def run(self) -> TuneSummary:
         t0 = time.time()
-        self.log.check_writable()  # before anything is measured: a result that cannot be written is lost
-        preflight = getattr(self.measurer, "preflight", None)
-        if preflight is not None:
-            preflight()  # e.g. an unreachable RPC tracker fails here, in seconds, naming its address
-        self._valid, self._stale = self.log.split(self.target, self.registry)
-        self._skipped = {"malformed": len(self.log.malformed), "invalid": len(self.log.invalid)}
+        self._valid, self._stale, self._skipped = self._open()
         self.states, self._measured = self._states(self._valid)
         self.info = {st.index: TaskProgress() for st in self.states}
         for st in self.states:

@@ -238,14 +238,19 @@ class Tuner:
                 if r.status != "wrong":
                     st.note(r.key, r.candidate, r.config, r.status, r.seconds)
 
-    def run(self) -> TuneSummary:
-        t0 = time.time()
-        self.log.check_writable()  # before anything is measured: a result that cannot be written is lost
+    def _open(self):
+        """Checks before anything is measured (an unwritable log, an unreachable RPC tracker fail
+        here, in seconds), then the log's records: ``(valid, stale, skipped counts)``."""
+        self.log.check_writable()  # a result that cannot be written would be lost
         preflight = getattr(self.measurer, "preflight", None)
         if preflight is not None:
-            preflight()  # e.g. an unreachable RPC tracker fails here, in seconds, naming its address
+            preflight()
         valid, stale = self.log.split(self.target, self.registry)
-        skipped = {"malformed": len(self.log.malformed), "invalid": len(self.log.invalid)}
+        return valid, stale, {"malformed": len(self.log.malformed), "invalid": len(self.log.invalid)}
+
+    def run(self) -> TuneSummary:
+        t0 = time.time()
+        valid, stale, skipped = self._open()
         states, measured = self._states(valid)
         self.model.fit(valid, self.target, validate=False)
         deadline = t0 + self.seconds if self.seconds else None

@@ -19,8 +19,8 @@ from __future__ import annotations
 from tvm import s_tir
 
 from ..common import has_block
-from .matmul import TileConfig, schedule_tiled
-from .softmax import RowConfig, rfactor_lanes, vectorize_inner, vectorize_rf
+from .matmul import TileConfig, accumulate_tile, schedule_tiled
+from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
 
 __all__ = ["TileConfig", "RowConfig", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
            "schedule_softmax_cols", "schedule_layer_norm", "schedule_reduce_inner", "schedule_reduce_outer"]
@@ -41,18 +41,7 @@ def _tiled_plain_store(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch:
     i0, i1 = sch.split(i, [None, cfg.mb])
     j0, j1 = sch.split(j, [None, cfg.nb])
     sch.reorder(*batch, j0, i0, i1, j1)
-    c = sch.get_sblock("C")
-    sch.compute_at(c, i0, preserve_unit_loops=True)
-    sch.set_scope(c, 0, "local")
-    ci, cj, ck = sch.get_loops(c)[-3:]
-    sch.reorder(ck, ci, cj)
-    sch.unroll(ci)
-    if cfg.nb % lanes == 0 and cfg.nb // lanes not in (1, 2, 4):
-        cj0, cj1 = sch.split(cj, [None, lanes])
-        sch.unroll(cj0)
-        sch.vectorize(cj1)
-    else:
-        sch.vectorize(cj)
+    c, ck = accumulate_tile(sch, i0, cfg, lanes)
     if cfg.parallel != "none":
         outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
@@ -77,17 +66,7 @@ def schedule_batch(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
 
 
 def _row_loops(sch: s_tir.Schedule, cfg: RowConfig, blocks) -> None:
-    """``softmax.row_loops`` for a symbolic row count: always parallel (one row of work is a task)."""
-    out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
-    r, _ = sch.get_loops(out)
-    r0, r1 = sch.split(r, [None, cfg.rows_per_task])
-    if has_block(sch, "cast"):
-        sch.compute_at(sch.get_sblock("out"), r1)
-    for name in blocks:
-        sch.compute_at(sch.get_sblock(name), r1)
-        if has_block(sch, name + "_rf"):
-            sch.compute_at(sch.get_sblock(name + "_rf"), r1)
-    sch.parallel(r0)
+    row_loops(sch, cfg, blocks, symbolic=True)
 
 
 def schedule_softmax(sch: s_tir.Schedule, cfg: RowConfig) -> None:
@@ -146,16 +125,7 @@ def schedule_reduce_inner(sch: s_tir.Schedule, cfg) -> None:
 
 def schedule_reduce_outer(sch: s_tir.Schedule, cfg) -> None:
     """``reduce.schedule_outer`` (``I > 1``, no chunks) over a symbolic row count."""
-    from .reduce import _vectorize
+    from .reduce import schedule_outer
 
-    out = sch.get_sblock("out")
-    o, i = sch.get_loops(out)
-    i0, i1 = sch.split(i, [None, cfg.cols])
-    sch.parallel(sch.fuse(o, i0))
-    acc = sch.get_sblock("acc")
-    sch.compute_at(acc, sch.get_loops(out)[0], preserve_unit_loops=True)
-    ai, ak = sch.get_loops(acc)[-2:]
-    sch.reorder(ak, ai)
-    _vectorize(sch, ai, cfg.lanes)
-    sch.decompose_reduction(acc, ak)
-    _vectorize(sch, i1, cfg.lanes)
+    schedule_outer(sch, cfg, symbolic=True)
+

@@ -63,6 +63,19 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
         rb, i0 = sch.split(i0, [max(1, min(threads, extent(sch, i0))), None])
         row_block = [rb]
     sch.reorder(*row_block, *batch, j0, i0, i1, j1)
+    c, ck = accumulate_tile(sch, i0, cfg, lanes)
+    _vectorize_store(sch, j1, cfg.nb, lanes)
+    if cfg.parallel == "rows":
+        sch.parallel(row_block[0])
+    elif cfg.parallel != "none":
+        outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    sch.decompose_reduction(c, ck)
+
+
+def accumulate_tile(sch: s_tir.Schedule, i0, cfg: TileConfig, lanes: int):
+    """The ``mb x nb`` accumulator tile of block ``C`` in registers under loop ``i0``: k outermost,
+    rows unrolled, columns vectorized. Returns ``(C, k loop)`` for ``decompose_reduction``."""
     c = sch.get_sblock("C")
     sch.compute_at(c, i0, preserve_unit_loops=True)
     sch.set_scope(c, 0, "local")
@@ -76,13 +89,7 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
         sch.vectorize(cj1)
     else:
         sch.vectorize(cj)
-    _vectorize_store(sch, j1, cfg.nb, lanes)
-    if cfg.parallel == "rows":
-        sch.parallel(row_block[0])
-    elif cfg.parallel != "none":
-        outer = [*batch, j0] if cfg.parallel == "panels" else [*batch, j0, i0]
-        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-    sch.decompose_reduction(c, ck)
+    return c, ck
 
 
 def _vectorize_store(sch, loop, nb: int, lanes: int) -> None:

@@ -86,15 +86,18 @@ def schedule_inner(sch: s_tir.Schedule, cfg: InnerConfig) -> None:
         vectorize_rf(sch, rf)
 
 
-def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig) -> None:
-    if cfg.chunks > 1:
+def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig, symbolic: bool = False) -> None:
+    """``symbolic``: the row count is a variable: no chunks, rows always parallel."""
+    if cfg.chunks > 1 and not symbolic:
         _outer_chunked(sch, cfg)
         return
     out = sch.get_sblock("out")
-    elems = _input_elems(sch)
     o, i = sch.get_loops(out)
     i0, i1 = sch.split(i, [None, cfg.cols])
-    maybe_parallel(sch, sch.fuse(o, i0), elems)
+    if symbolic:
+        sch.parallel(sch.fuse(o, i0))
+    else:
+        maybe_parallel(sch, sch.fuse(o, i0), _input_elems(sch))
     acc = sch.get_sblock("acc")
     sch.compute_at(acc, sch.get_loops(out)[0], preserve_unit_loops=True)
     ai, ak = sch.get_loops(acc)[-2:]

@@ -81,10 +81,11 @@ def vectorize_rf(sch, rf) -> None:
     sch.decompose_reduction(rf, k0)
 
 
-def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
-    """Parallel row loop; ``blocks`` (consumers first) and their rfactor partials at the row."""
+def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max"), symbolic: bool = False):
+    """Parallel row loop; ``blocks`` (consumers first) and their rfactor partials at the row.
+    ``symbolic``: the row count is a variable, so the loop is always parallel (a row is a task)."""
     out = sch.get_sblock("cast") if has_block(sch, "cast") else sch.get_sblock("out")
-    elems = _elems(sch, out)
+    elems = None if symbolic else _elems(sch, out)
     r, _ = sch.get_loops(out)
     r0, r1 = sch.split(r, [None, cfg.rows_per_task])
     if has_block(sch, "cast"):
@@ -93,7 +94,10 @@ def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max")):
         sch.compute_at(sch.get_sblock(name), r1)
         if has_block(sch, name + "_rf"):
             sch.compute_at(sch.get_sblock(name + "_rf"), r1)
-    maybe_parallel(sch, r0, elems)
+    if symbolic:
+        sch.parallel(r0)
+    else:
+        maybe_parallel(sch, r0, elems)
 
 
 def schedule_rowwise(sch: s_tir.Schedule, cfg: RowConfig) -> None:
