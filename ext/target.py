@@ -3,11 +3,9 @@
 Targets are always ``tvm.target.Target`` objects built from dicts (TVM 0.27
 rejects CLI strings, and a bare dict crashes ``relax.build``).
 
-Threads: TVM 0.27 starts its CPU pool with half the logical CPUs on x86 (one
-thread on a 2-core VM) unless ``TVM_NUM_THREADS`` is set before the first
-parallel call. :func:`configure_threads` (run by ``import ext``) sets it to the
-usable core count unless the user already set it; export ``TVM_NUM_THREADS=N``
-before importing ``ext`` to override.
+The host CPU's description (``CPUInfo``, ``cpu_info``, cores and TVM's thread
+count) is ``ext/host_cpu.py``; its names are importable from here too. Export
+``TVM_NUM_THREADS=N`` before importing ``ext`` to choose the thread count.
 """
 from __future__ import annotations
 
@@ -20,33 +18,8 @@ from typing import Any, Callable
 import tvm
 from tvm.target import Target
 
-def usable_cores() -> int:
-    """CPUs this process may run on (affinity mask), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def configure_threads() -> int:
-    """Make TVM's CPU pool use every usable core unless ``TVM_NUM_THREADS`` is set.
-
-    Returns the thread count in force. Must run before the first parallel kernel.
-    """
-    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cores()))
-    return int(os.environ["TVM_NUM_THREADS"])
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
+# the host CPU's description lives in its own module; these names stay importable from here
+from .host_cpu import CPUInfo, configure_threads, cpu_info, usable_cores  # noqa: F401
 
 def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
     """The host CPU as an LLVM target.
@@ -183,65 +156,6 @@ def _check_cuda(t: Target) -> Target:
 
 def _prepare_cuda(d: dict) -> dict:
     return {**d, "arch": check_cuda_arch(d.get("arch") or _detected_cuda_arch())}
-
-
-@dataclasses.dataclass(frozen=True)
-class CPUInfo:
-    """What CPU schedules need to know about an LLVM target."""
-
-    mcpu: str
-    vector_bits: int  # 512 with AVX-512, 256 with AVX2, 128 otherwise
-    cores: int
-    l1_bytes: int = 32 * 1024
-    l2_bytes: int = 1024 * 1024
-    #: clock x full-width vector FMAs per cycle (server Xeons and Zen 5: two 512-bit FMA units),
-    #: set so that ``peak_flops`` is a little above what the best kernel reached on this VM's
-    #: Xeon: 141 GFLOP/s on one core (``conv2d.conv1x1``, 64->256 at 56x56); only ratios of
-    #: estimates matter (``strategies/conv2d_cost.py``)
-    ghz: float = 2.5
-    fma_per_cycle: int = 2
-    #: DRAM bandwidth the cores share (a NumPy copy of 256 MiB moved 20-25 GB/s here)
-    dram_bytes_per_s: float = 25e9
-    #: what a kernel streams a tensor that fits in L3 at (fitted to the 1x1 convs' pack/unpack cost)
-    stream_bytes_per_s: float = 50e9
-
-    @property
-    def lanes_f32(self) -> int:
-        return self.vector_bits // 32
-
-    @property
-    def peak_flops(self) -> float:
-        """float32 flops per second of all cores at full FMA issue (an FMA counts 2)."""
-        return 2.0 * self.lanes_f32 * self.fma_per_cycle * self.ghz * 1e9 * self.cores
-
-    @property
-    def isa(self) -> str:
-        return {512: "avx512", 256: "avx2"}.get(self.vector_bits, "sse")
-
-    @property
-    def vector_registers(self) -> int:
-        """Architectural vector registers: 32 zmm with AVX-512, 16 ymm/xmm otherwise."""
-        return 32 if self.vector_bits == 512 else 16
-
-    @property
-    def accumulators(self) -> int:
-        """Vector registers a register-tiled kernel may hold accumulators in: all but 4, which
-        stay free for the broadcast input and the weight vectors of the inner loop (28 with
-        AVX-512, 12 with AVX2)."""
-        return self.vector_registers - 4
-
-
-def cpu_info(target: Target) -> CPUInfo:
-    """ISA and core count of an LLVM target (from its mcpu; host flags as a hint)."""
-    mcpu = str(target.attrs.get("mcpu", "")) or tvm.target.codegen.llvm_get_system_cpu()
-    try:
-        has = lambda feat: bool(tvm.target.codegen.llvm_cpu_has_features(feat, target))  # noqa: E731
-        bits = 512 if has("avx512f") else 256 if has("avx2") else 128
-    except Exception:  # unknown cpu name: fall back to the host's flags
-        flags = _cpu_flags()
-        bits = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
-    cores = int(target.attrs.get("num-cores", usable_cores()))
-    return CPUInfo(mcpu=mcpu, vector_bits=bits, cores=cores)
 
 
 def describe(target: Target) -> str:

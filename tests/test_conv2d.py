@@ -45,8 +45,7 @@ def _id(s):
 @pytest.mark.parametrize("name", CANDIDATES)
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
 def test_candidate_matches_numpy(cpu_target, name, shape):
-    if name not in REGISTRY:
-        pytest.skip(f"{name} not registered")
+    assert name in REGISTRY, f"{name} is not registered"
     N, C, H, W, O, K, s, p, d, g = shape
     layout = "NHWC" if name == "conv2d.direct_nhwc" else "NCHW"
     wl = conv_wl(N, C, H, W, O, K, stride=s, pad=p, dil=d, groups=g, layout=layout,
@@ -68,8 +67,7 @@ def test_candidate_matches_numpy(cpu_target, name, shape):
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_space_points_are_correct(cpu_target, name):
     """A few points of each knob space on an odd shape: tuning may pick any of them."""
-    if name not in REGISTRY:
-        pytest.skip(f"{name} not registered")
+    assert name in REGISTRY, f"{name} is not registered"
     cand = REGISTRY.get(name)
     layout = "NHWC" if name == "conv2d.direct_nhwc" else "NCHW"
     if name == "conv2d.pointwise":

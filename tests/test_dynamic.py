@@ -184,7 +184,7 @@ def test_reduce_dyn_matches_numpy(cpu_target, kind, R, I):
 
 @pytest.mark.parametrize("C,O,stride,epilogue", [(3, 17, 1, ("bias", "relu")), (16, 32, 2, ("bias", "residual"))])
 def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
-    torch = pytest.importorskip("torch")
+    import torch
     H = 13
     OH = (H + 2 - 3) // stride + 1
     shapes = [("n", C, H, H), (O, C, 3, 3), (1, O, 1, 1)] + ([("n", O, OH, OH)] if "residual" in epilogue else [])
@@ -245,7 +245,7 @@ def test_symbolic_rows_graph_uses_dynamic_candidates(cpu_target):
 
 
 def test_symbolic_sequence_transformer_layer_equals_static_builds(cpu_target):
-    torch = pytest.importorskip("torch")
+    import torch
     from ext.models.transformer import encoder_layer
 
     net = encoder_layer(64, 4, 96)
@@ -271,7 +271,7 @@ def test_symbolic_sequence_transformer_layer_equals_static_builds(cpu_target):
 
 
 def test_onnx_dynamic_axis_imports_symbolic_and_selects_dynamic_kernels(cpu_target):
-    onnx = pytest.importorskip("onnx")
+    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = _rand(np.random.default_rng(7), (33, 45))
@@ -290,7 +290,7 @@ def test_onnx_dynamic_axis_imports_symbolic_and_selects_dynamic_kernels(cpu_targ
 
 
 def test_symbolic_batch_conv_net_equals_static_builds(cpu_target):
-    torch = pytest.importorskip("torch")
+    import torch
     from torch import nn
 
     torch.manual_seed(0)

@@ -23,7 +23,7 @@ from ext.testing import own_candidates, run_relax
 from ext.tuning import references as refs
 from ext.workload import Workload, activation_name, parse_activation
 
-torch = pytest.importorskip("torch")
+import torch
 nn = torch.nn
 
 from ext.frontend import from_torch  # noqa: E402
@@ -273,7 +273,7 @@ def test_conv1d_asymmetric_padding_and_layouts(cpu_target, layout):
 def test_audio_encoders_convs_are_candidates(cpu_target, name):
     """The zoo's audio encoders (quick configs): every conv a candidate, none left to stock lowering
     (their correctness against PyTorch is tests/test_zoo.py's)."""
-    pytest.importorskip("transformers")
+    import transformers  # noqa: F401
     from ext.models.zoo import zoo_model
 
     model, inputs = zoo_model(name, quick=True)

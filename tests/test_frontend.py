@@ -9,8 +9,8 @@ import pytest
 import ext
 from ext.testing import assert_close, run_relax
 
-torch = pytest.importorskip("torch")
-onnx = pytest.importorskip("onnx")
+import torch
+import onnx
 
 from ext.frontend import UnsupportedOperatorError, from_onnx, from_torch  # noqa: E402
 from ext.models import torch_model  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 import ext
 from ext.testing import run_relax
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401
 
 from ext.frontend import from_torch  # noqa: E402
 from ext.models.zoo import ZOO, names, randomize_batchnorm, zoo_model  # noqa: E402

@@ -46,7 +46,6 @@ measurement, naming the path, when records could not be appended.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import json
@@ -55,6 +54,7 @@ import warnings
 from typing import Iterable
 
 from ..workload import Workload
+from .validity import Staleness, invalid_reason, stale_reason  # noqa: F401  (re-exported)
 
 SCHEMA = 1
 STATUSES = ("ok", "wrong", "failed", "timeout", "infra", "dropped")
@@ -157,6 +157,10 @@ class Record:
         return rec
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def make_record(wl: Workload, target, cand, config: dict, result, device: str = "local",
                 measure: dict | None = None) -> Record:
     """A record for one measurement ``result`` (a ``measure.Result``)."""
@@ -164,85 +168,18 @@ def make_record(wl: Workload, target, cand, config: dict, result, device: str = 
                   candidate=cand.name, candidate_version=int(cand.version), config=config,
                   status=result.status, seconds=result.seconds, times=list(result.times),
                   max_error=result.max_error, error=result.error, device=device, measure=dict(measure or {}),
-                  timestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                  **versions())
+                  timestamp=_now(), **versions())
 
 
 def make_dropped(rec: Record, reason: str) -> Record:
     """A ``dropped`` record for the measured point ``rec`` (same workload, candidate, config), ``reason`` why."""
     return dataclasses.replace(rec, status="dropped", error=str(reason), times=[], max_error=None, line=0,
-                               timestamp=datetime.datetime.now(datetime.timezone.utc).strftime(
-                                   "%Y-%m-%dT%H:%M:%S.%fZ"))
+                               timestamp=_now())
 
 
 def dropped_keys(records: Iterable[Record]) -> set:
     """Point keys the end-to-end check dropped (never chosen again for their workload)."""
     return {r.key for r in records if r.status == "dropped"}
-
-
-class Staleness:
-    """Why records do not apply to the current target/versions, with counts."""
-
-    def __init__(self):
-        self.counts: collections.Counter = collections.Counter()
-
-    def add(self, reason: str) -> None:
-        self.counts[reason] += 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def __str__(self) -> str:
-        return ", ".join(f"{n} {r}" for r, n in self.counts.most_common()) or "none"
-
-
-def stale_reason(rec: Record, target_fields: dict, vers: dict, registry=None) -> str | None:
-    """Why ``rec`` does not apply (None when it is valid)."""
-    from ..strategies.registry import REGISTRY
-
-    from ..target import provenance_fields
-
-    registry = registry or REGISTRY
-    for f in ("kind",) + provenance_fields():  # the target fields that must match (``ext.target`` table)
-        if rec.target.get(f) != target_fields.get(f):
-            return f"target {f} {rec.target.get(f)!r} != {target_fields.get(f)!r}"
-    if rec.tvm_version != vers["tvm_version"]:
-        return f"TVM {rec.tvm_version} != {vers['tvm_version']}"
-    if rec.ext_version != vers["ext_version"]:
-        return f"ext {rec.ext_version} != {vers['ext_version']}"
-    if rec.candidate not in registry:
-        return None  # not stale: invalid (``invalid_reason``)
-    cur = registry.get(rec.candidate).version
-    if rec.candidate_version != cur:
-        return f"{rec.candidate} version {rec.candidate_version} != {cur}"
-    return None
-
-
-def invalid_reason(rec: Record, target, registry=None, spaces: dict | None = None) -> str | None:
-    """Why ``rec`` cannot be trusted (unknown candidate, config outside its knob space); None when it can.
-
-    ``spaces``: a cache ``{(candidate, workload key): space points or reason}`` shared across records.
-    """
-    from ..strategies.registry import REGISTRY
-
-    registry = registry or REGISTRY
-    if rec.candidate not in registry:
-        return f"unknown candidate {rec.candidate!r}"
-    cand = registry.get(rec.candidate)
-    spaces = {} if spaces is None else spaces
-    key = (rec.candidate, rec.workload)
-    if key not in spaces:
-        try:
-            verdict = cand.applies(rec.wl, target)
-            spaces[key] = (cand.space_points(rec.wl, target) if verdict
-                           else f"{cand.name} does not apply to the workload ({verdict.reason})")
-        except Exception as err:  # noqa: BLE001 - a record that breaks the space is invalid, not fatal
-            spaces[key] = f"{cand.name}: knob space raised {type(err).__name__}: {err}"
-    points = spaces[key]
-    if isinstance(points, str):
-        return points
-    return cand.config_problem(rec.config, rec.wl, target, points=points)
 
 
 class TuningLog:
