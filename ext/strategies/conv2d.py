@@ -164,8 +164,10 @@ def _direct_build(wl, cfg: DirectConfig, target):
 
 
 def _direct_transforms(wl, cfg: DirectConfig, target):
+    """The weight packed into ``(OB, RC, KH, KW, icb, ocb)`` blocks; reads the weight's shape only
+    (``conv2d.direct_nchwc_dyn`` shares it with a symbolic batch)."""
     g = geom(wl)
-    Wt = placeholders(wl)[1]
+    Wt = te.placeholder(tuple(_i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="W")
     Wp = cv.pack_weight_nchwc(Wt, g, cfg.icb, cfg.ocb)
     sch = create_schedule([Wt, Wp])
     sched.schedule_pack(sch, "Wp", lanes(target), 2)

@@ -49,6 +49,7 @@ from ..tir_schedules.cpu.reduce import InnerConfig, OuterConfig
 from ..topi_kernels import conv2d as cv
 from ..workload import Workload
 from . import conv2d as conv
+from .matmul import _pick_nb
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
 
@@ -80,18 +81,12 @@ def _tile_space(N: int, target, pars=("panels", "tiles")) -> list[TileConfig]:
 
 
 def _tile_default(N: int, K, target) -> TileConfig:
-    """``matmul.packed``'s heuristic without M: the panel width from N and K, 4 rows per tile
-    (16 accumulators of the 32 zmm), threads over panels when there are enough of them."""
+    """``matmul.packed``'s heuristic without M: its panel width (``matmul._pick_nb``; a symbolic K
+    counts as 1024), 4 rows per tile (16 accumulators of the 32 zmm), threads over panels when
+    there are enough of them."""
     info = cpu_info(target)
     lanes = info.lanes_f32
-    options = [v * lanes for v in (4, 3, 2, 1) if v * lanes <= 64]
-    k = K if isinstance(K, int) else 1024
-    fits = [nb for nb in options if k * nb * 4 <= info.l2_bytes] or [lanes]
-    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
-    best = fits[0]
-    for nb in fits[1:]:
-        if mm.ceil_to(N, nb) < 0.95 * mm.ceil_to(N, best):
-            best = nb
+    best = _pick_nb(N, K if isinstance(K, int) else 1024, info)
     mb = max(1, min(4, (info.vector_registers - best // lanes - 1) // max(1, best // lanes)))
     panels = mm.ceil_to(N, best) // best
     return TileConfig(mb=mb, nb=best, parallel="panels" if panels >= 4 * info.cores else "tiles")
@@ -281,21 +276,9 @@ def _conv_build(wl, cfg: DirectConfig, target):
     return finish(sch, "conv2d.direct_nchwc_dyn")
 
 
-def _conv_transforms(wl, cfg: DirectConfig, target):
-    """The weight packed into ``(OB, RC, KH, KW, icb, ocb)`` blocks, as ``conv2d.direct_nchwc``."""
-    g = conv.geom(wl)
-    Wt = te.placeholder(tuple(mm._i64(d) for d in wl.shapes[1]), dtype=wl.dtypes[1], name="W")
-    Wp = cv.pack_weight_nchwc(Wt, g, cfg.icb, cfg.ocb)
-    sch = create_schedule([Wt, Wp])
-    conv_sched.schedule_pack(sch, "Wp", _lanes(target), 2)
-    RC, OB = cv.nchwc_blocks(g, cfg.icb, cfg.ocb)
-    return {1: host.attach(finish(sch, "conv2d.pack_nchwc"), "conv2d.pack_nchwc", OB=OB, RC=RC, icb=cfg.icb,
-                           ocb=cfg.ocb)}
-
-
 register(Candidate("conv2d.direct_nchwc_dyn", ("llvm",), PLEVEL.BLOCKED, conv._direct_check, DirectConfig,
                    space=conv._direct_space, default=conv._direct_default, build=_conv_build,
-                   transforms=_conv_transforms, suits=_static_suits, dynamic=("batch",)))
+                   transforms=conv._direct_transforms, suits=_static_suits, dynamic=("batch",)))
 
 
 # -- reduce.inner_dyn / reduce.outer_dyn ---------------------------------------------------------

@@ -136,7 +136,7 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
     p = sch.get_sblock("P")
     sch.compute_at(p, plane)
     pl = sch.get_loops(p)
-    _vectorize_split(sch, pl[-1], vector_width(extent(sch, pl[-1]), lanes) or extent(sch, pl[-1]) + 1)
+    _vectorize_widest(sch, pl[-1], lanes)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
     vw = vector_width(cfg.reg_n, lanes)
@@ -151,7 +151,7 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
     d = sch.get_sblock("D")
     if _try(sch.reverse_compute_at, d, ohb):
         dl = sch.get_loops(d)
-        _vectorize_split(sch, dl[-1], vector_width(extent(sch, dl[-1]), lanes) or extent(sch, dl[-1]) + 1)
+        _vectorize_widest(sch, dl[-1], lanes)
     else:
         dl = sch.get_loops(d)
         sch.parallel(sch.fuse(*dl[:3]))
@@ -191,8 +191,15 @@ def schedule_conv1x1(sch: s_tir.Schedule, cfg: Conv1x1Config, lanes: int) -> Non
     # (h, w) of the tile are one contiguous run per output channel; with one row the h loop
     # is gone (extent 1 is not a loop) and w alone is the run
     inner = sch.fuse(*wl[-2:]) if cfg.rows > 1 else wl[-1]
-    _vectorize_split(sch, inner, vector_width(extent(sch, inner), lanes) or extent(sch, inner) + 1)
+    _vectorize_widest(sch, inner, lanes)
     sch.decompose_reduction(c, rc)
+
+
+def _vectorize_widest(sch, loop, lanes: int) -> None:
+    """Vectorize ``loop`` by the widest vector dividing its extent; leave it when none does."""
+    width = vector_width(extent(sch, loop), lanes)
+    if width:
+        _vectorize_split(sch, loop, width)
 
 
 def vector_width(n: int, lanes: int) -> int:
