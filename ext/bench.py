@@ -239,19 +239,27 @@ def onnxruntime_session(model, inputs: tuple, threads: int, input_names: list[st
     output as NumPy; ``seconds`` is the session creation time. ``input_names`` defaults to
     ``["x"]`` for one input and ``["x0", "x1", ...]`` otherwise.
     """
+    names = input_names or (["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))])
+    sess, seconds = onnxruntime_export(model, inputs, threads, names)
+    feed = {n: t.numpy() for n, t in zip(names, inputs)}
+    return (lambda: sess.run(None, feed)[0]), seconds
+
+
+def onnxruntime_export(model, inputs: tuple, threads: int, input_names: list[str], *,
+                       output_names: list[str] | None = None, dynamic_axes: dict | None = None):
+    """``(session, seconds)``: ``model`` exported as :func:`onnxruntime_session` does, with
+    ``dynamic_axes`` (``{name: {axis: label}}``, e.g. a cache's past length) left open."""
     import onnxruntime as ort
     import torch
 
-    names = input_names or (["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))])
-    if len(names) != len(inputs):
-        raise ValueError(f"{len(names)} input names for {len(inputs)} inputs")
+    if len(input_names) != len(inputs):
+        raise ValueError(f"{len(input_names)} input names for {len(inputs)} inputs")
     buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(model, tuple(inputs), buf, opset_version=17, input_names=names, dynamo=False)
+        torch.onnx.export(model, tuple(inputs), buf, opset_version=17, input_names=input_names,
+                          output_names=output_names, dynamic_axes=dynamic_axes, dynamo=False)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     t0 = time.perf_counter()
     sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
-    seconds = time.perf_counter() - t0
-    feed = {n: t.numpy() for n, t in zip(names, inputs)}
-    return (lambda: sess.run(None, feed)[0]), seconds
+    return sess, time.perf_counter() - t0

@@ -59,7 +59,7 @@ def _lt(B, R, S, E):
 #: standard shapes per family: odd and prime sizes, each kernel form at least once
 STANDARD = {
     "matmul": [_mm(7, 13, 11), _mm(1, 37, 19, epilogue=("bias",)), _mm(67, 131, 129), _mm(13, 17, 11, transpose_b=True),
-               _mm(5, 7, 9, epilogue=(), batch=(3,))],
+               _mm(5, 7, 9, epilogue=(), batch=(3,)), _mm(2, 9, 12, transpose_b=True, epilogue=(), batch=(3,))],
     "conv2d": [conv_wl(1, 7, 11, 11, 13, 3), conv_wl(1, 16, 13, 13, 32, 3), conv_wl(1, 19, 9, 9, 23, 1, pad=0),
                conv_wl(1, 19, 8, 16, 23, 1, pad=0),
                conv_wl(1, 16, 11, 11, 16, 3, groups=16), conv_wl(1, 7, 11, 11, 13, 3, layout="NHWC"),

@@ -140,6 +140,43 @@ def test_batch_dyn_attention_shapes_match_numpy(cpu_target, transpose_b):
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"s={s}")
 
 
+@pytest.mark.parametrize("M,D,epilogue,lanes", [(1, 64, (), None), (3, 20, ("scale",), None), (1, 48, (), 8)])
+def test_batch_dot_dyn_matches_numpy(cpu_target, M, D, epilogue, lanes):
+    """A decode step's scores ``q @ k^T`` over a cache of symbolic length (1, primes), K static;
+    with the softmax scale as an epilogue tensor; a non-default vector split."""
+    H = 5
+    shapes = [(2, H, M, D), (2, H, "p", D)] + ([(1,)] if epilogue else [])
+    wl = _wl("matmul", shapes, transpose_b=True, b_const=False, epilogue=epilogue)
+    cand = REGISTRY.get("matmul.batch_dot_dyn")
+    rng = np.random.default_rng(4)
+    for p in (1, 13, 257):
+        a, b = _rand(rng, (2, H, M, D)), _rand(rng, (2, H, p, D))
+        extra = [np.array([0.125], F32)] if epilogue else []
+        out = (2, H, M, p)
+        if lanes is None:
+            got = _run_candidate("matmul.batch_dot_dyn", wl, cpu_target, [a, b, *extra], out)
+        else:
+            cfg = cand.config(lanes=lanes)
+            kernel = tvm.compile(cand.build(wl, cfg, cpu_target).with_attr("global_symbol", "k"), target=cpu_target)
+            res = tvm.runtime.empty(out, F32)
+            kernel["k"](*[tvm.runtime.tensor(x) for x in (a, b, *extra)], res)
+            got = res.numpy()
+        ref = a.astype("float64") @ np.swapaxes(b, -1, -2) * (0.125 if epilogue else 1.0)
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"p={p}")
+
+
+def test_batch_dot_dyn_declines_what_it_cannot_read_in_place(cpu_target):
+    cand = REGISTRY.get("matmul.batch_dot_dyn")
+    plain = _wl("matmul", [(1, 4, 1, 64), (1, 4, 64, "p")], transpose_b=False, b_const=False)
+    assert "not transposed" in cand.applies(plain, cpu_target).reason
+    by_p = _wl("matmul", [(1, 4, 1, "p"), (1, 4, "p", 64)], transpose_b=False, b_const=False)
+    assert "p: reduction" in cand.applies(by_p, cpu_target).reason
+    odd_k = _wl("matmul", [(1, 4, 1, 7), (1, 4, "p", 7)], transpose_b=True, b_const=False)
+    assert "K=7" in cand.applies(odd_k, cpu_target).reason
+    many_rows = _wl("matmul", [(1, 4, "s", 64), (1, 4, "s", 64)], transpose_b=True, b_const=False)
+    assert "rows" in cand.applies(many_rows, cpu_target).reason
+
+
 def _softmax_ref(x):
     x = x.astype("float64")
     e = np.exp(x - x.max(-1, keepdims=True))
@@ -313,3 +350,38 @@ def test_symbolic_batch_conv_net_equals_static_builds(cpu_target):
             static, _ = _build(ext.frontend.from_torch(net, (x,)), cpu_target)
             want = relax.VirtualMachine(static, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
             assert_close(got, want, rtol=1e-5, atol=1e-5, what="symbolic vs static build")
+
+
+def test_hf_bert_with_symbolic_sequence_builds_and_matches_pytorch(cpu_target):
+    """transformers' BERT slices its position table by the input length; with the length's
+    declared bound the slice is proved in range (``ProveSliceBounds``), so the shapes after it
+    stay known and the layers take the dynamic kernels."""
+    import torch
+    import transformers as tf
+
+    from ext.frontend import from_torch
+
+    torch.manual_seed(0)
+    cfg = tf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        vocab_size=101, max_position_embeddings=40)
+    body = tf.BertModel(cfg, add_pooling_layer=False).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, ids):
+            return self.body(input_ids=ids).last_hidden_state
+
+    s = torch.export.Dim("s", min=2, max=40)
+    mod = from_torch(Hidden().eval(), (torch.randint(0, 101, (1, 9)),), dynamic_shapes={"ids": {1: s}})
+    ex, report = _build(mod, cpu_target)
+    assert "layer_norm.fused_dyn" in set(_chosen(report).values()), report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for length in (2, 13, 40):
+        ids = torch.randint(0, 101, (1, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            ref = body(input_ids=ids).last_hidden_state.numpy()
+        got = vm["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"seq {length}")

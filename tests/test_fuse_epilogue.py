@@ -151,3 +151,35 @@ def test_residual_computed_from_the_anchor_is_not_fused():
     # chains, not the second matmul + residual y
     assert [str(f.attrs["Composite"]) for f in funcs.values()] == ["ext.matmul"]
     assert after["main"].script().count("fused_relax_matmul(") == 2 and "R.add" in after["main"].script()
+
+
+def test_gelu_written_out_becomes_the_gelu_tanh_epilogue():
+    """GPT-2's ``gelu_new`` (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))), imported op by op,
+    is recognized as one ``gelu_tanh`` and fused into the matmul; pow(x, 2) becomes x * x."""
+    import numpy as np
+    import torch
+    from transformers.activations import NewGELUActivation
+
+    import ext
+    from ext.frontend import from_torch
+    from ext.relax_passes.gelu_tanh import RecognizeGeluTanh
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 40)
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return NewGELUActivation()(lin(x)) + torch.pow(x, 2).sum(-1, keepdim=True)
+
+    x = torch.randn(3, 24)
+    x[0, 0] = float("nan")
+    mod = from_torch(Net().eval(), (x,))
+    text = RecognizeGeluTanh()(mod)["main"].script()
+    assert "gelu_tanh" in text and "R.power" not in text and "R.tanh" not in text, text
+    ex = ext.build(mod, ext.target.cpu(), cache=False, verbose=False)
+    assert any("gelu_tanh" in d.workload.epilogue for d in ext.last_report().find("matmul"))
+    got = tvm.relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    with torch.no_grad():
+        ref = Net()(x).numpy()
+    assert np.isnan(got[0]).all() and np.isnan(ref[0]).all()
+    np.testing.assert_allclose(got[1:], ref[1:], rtol=1e-5, atol=1e-5)

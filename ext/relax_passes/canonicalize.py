@@ -1,6 +1,7 @@
 """Canonicalization before fusion: inference-mode batch norm, conv1d as a conv2d of
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), the two clips
-of an exported ReLU6 as one (``merge_clips``), constant folding, importer reshapes around
+of an exported ReLU6 as one (``merge_clips``), GELU's tanh form written out as one op
+(``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), common-subexpression and dead-code elimination."""
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from tvm import relax
 
 from .conv1d import Conv1dToConv2d
 from .fold_constants import FoldConstants
+from .gelu_tanh import RecognizeGeluTanh
 from .merge_clips import MergeClips
+from .slice_bounds import ProveSliceBounds
 from .unflatten_linear import UnflattenLinear
 
 
 def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     return tvm.transform.Sequential([
+        ProveSliceBounds(),  # before anything legalizes: a clamp's min() hides every shape after it
         relax.transform.DecomposeOpsForInference(),
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         MergeClips(),
+        RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
         relax.transform.FoldConstant(),
         UnflattenLinear(),

@@ -99,10 +99,15 @@ class ParamSpec:
 
     inputs: tuple
     weights: tuple
+    #: ``{symbol: (lowest, highest)}`` a symbolic dim may take (the export's ``Dim(min, max)``,
+    #: attrs ``tir_var_lower_bound`` / ``tir_var_upper_bound``): beyond them a kernel may read
+    #: past a table (a position embedding), so a call outside is refused
+    bounds: tuple = ()
 
     def check(self, what: str, arrays: list) -> None:
         """Raise ``ValueError`` naming the first of ``arrays`` that does not match ``what``
-        (``"inputs"`` or ``"weights"``): wrong count, shape or dtype."""
+        (``"inputs"`` or ``"weights"``): wrong count, shape or dtype, or a symbolic dim
+        outside its declared bounds."""
         want = getattr(self, what)
         if len(arrays) != len(want):
             names = ", ".join(n for n, _, _ in want)
@@ -116,6 +121,11 @@ class ParamSpec:
             if not fits or got_dtype != dtype:
                 raise ValueError(f"{what[:-1]} {i} ({name!r}): expected shape {_fmt_shape(shape)} {dtype}, "
                                  f"got {_fmt_shape(got_shape)} {got_dtype}")
+            for w, g in zip(shape, got_shape):
+                lo, hi = dict(self.bounds).get(w, (None, None))
+                if (lo is not None and g < lo) or (hi is not None and g > hi):
+                    raise ValueError(f"{what[:-1]} {i} ({name!r}): {w}={g} is outside the range the model "
+                                     f"was built for ({lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'})")
 
 
 def _fmt_shape(shape) -> str:
@@ -132,6 +142,14 @@ def _triple(var) -> tuple:
     return var.name, shape, str(ty.dtype)
 
 
+def _bounds(func) -> tuple:
+    """``((symbol, (lo, hi)), ...)`` from the function's bound attrs (either may be None)."""
+    attrs = func.attrs or {}
+    lo = {str(k): int(v) for k, v in (attrs["tir_var_lower_bound"].items() if "tir_var_lower_bound" in attrs else [])}
+    hi = {str(k): int(v) for k, v in (attrs["tir_var_upper_bound"].items() if "tir_var_upper_bound" in attrs else [])}
+    return tuple((s, (lo.get(s), hi.get(s))) for s in sorted(set(lo) | set(hi)))
+
+
 def param_specs(mod: tvm.IRModule) -> dict:
     """``{function name: ParamSpec}`` for every Relax function with weight parameters."""
     out = {}
@@ -145,5 +163,5 @@ def param_specs(mod: tvm.IRModule) -> dict:
         if n == len(params):
             continue
         out[gv.name_hint] = ParamSpec(tuple(_triple(p) for p in params[:n]),
-                                      tuple(_triple(p) for p in params[n:]))
+                                      tuple(_triple(p) for p in params[n:]), _bounds(func))
     return out

@@ -15,6 +15,7 @@ import math
 
 from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.sym import Analyzer
 
 
 def _static(shape):
@@ -39,25 +40,38 @@ def _rewrite(orig, m, x, w, b, flat):
     return y
 
 
+def _dims(shape):
+    """The dims of a shape as PrimExprs (symbolic ones included); None when unknown."""
+    return None if shape is None or not hasattr(shape, "__len__") else list(shape)
+
+
+def _same(a, b) -> bool:
+    """Two dim lists provably equal (``1 + n`` and ``n + 1`` are)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    ana = Analyzer()
+    return all(ana.can_prove_equal(x, y) for x, y in zip(a, b))
+
+
 def _drop_noop_broadcast(orig, m, t):
     """``broadcast_to(t, shape)`` with ``shape == t.shape`` is ``t``."""
-    ts, os_ = _static(m[t].ty.shape), _static(orig.ty.shape)
-    return m[t] if ts is not None and ts == os_ else orig
+    return m[t] if _same(_dims(m[t].ty.shape), _dims(orig.ty.shape)) else orig
 
 
 def _swap_squeeze_permute(orig, m, t, perm):
     """``reshape(permute_dims(t, p), s)`` that only drops leading unit dims becomes
-    ``permute_dims(reshape(t, ...), p')``, so a transposed batch-matmul operand stays visible."""
-    ts, out = _static(m[t].ty.shape), _static(orig.ty.shape)
+    ``permute_dims(reshape(t, ...), p')``, so a transposed batch-matmul operand stays visible
+    (symbolic dims too: the decode step's ``k^T`` over a past of any length)."""
+    ts, out = _dims(m[t].ty.shape), _dims(orig.ty.shape)
     axes = m[perm].attrs.axes
     if ts is None or out is None or axes is None:
         return orig
     axes = [int(a) for a in axes]
     drop = len(ts) - len(out)
-    if drop <= 0 or any(axes[i] != i or ts[i] != 1 for i in range(drop)):
+    ana = Analyzer()
+    if drop <= 0 or any(axes[i] != i or not ana.can_prove_equal(ts[i], 1) for i in range(drop)):
         return orig
-    permuted = [ts[a] for a in axes]
-    if permuted[drop:] != out:
+    if not _same([ts[a] for a in axes][drop:], out):
         return orig
     squeezed = relax.op.reshape(m[t], ts[drop:])
     return relax.op.permute_dims(squeezed, [a - drop for a in axes[drop:]])

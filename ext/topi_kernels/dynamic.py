@@ -179,3 +179,29 @@ def reduce_rows(X: te.Tensor, kind: str, *, pad_to: int = 1, out_dtype: str | No
 
     acc = te.compute((O, _i64(I)), body, name="acc")
     return red._finish(kind, R, acc, out_dtype or X.dtype, (O, _i64(I)))
+
+
+def batch_dot(A: te.Tensor, B: te.Tensor, *, out_shape, lanes: int, epilogue=(), extras=(), out_dtype="float32"):
+    """Batched ``D = epilogue(A @ B^T)`` with ``B[..., j, k]`` read in place along its contiguous
+    K (static, a multiple of ``lanes``) and any other extent symbolic: a decode step's attention
+    scores ``q @ k^T`` over a cache of run-time length. ``P[..., i, j, l]`` holds ``lanes``
+    partial sums over ``k = k0 * lanes + l``, ``C`` their total. Returns ``(P, C, D)``."""
+    out_shape = tuple(out_shape)
+    nbatch = len(out_shape) - 2
+    K = int(A.shape[-1])
+    if K % lanes:
+        raise ValueError(f"batch_dot: K={K} is not a multiple of lanes={lanes}")
+    k0 = te.reduce_axis((_i64(0), _i64(K // lanes)), name="k0")
+    bb = tuple(B.shape[:-2])
+
+    def p_body(*idx):
+        bidx, i, j, l = idx[:nbatch], idx[-3], idx[-2], idx[-1]
+        k = k0 * lanes + l
+        a = A[_batch_index(A.shape[:-2], bidx) + (i, k)]
+        return te.sum(a * B[_batch_index(bb, bidx) + (j, k)], axis=k0)
+
+    P = te.compute(tuple(dim(d) for d in out_shape) + (_i64(lanes),), p_body, name="P")
+    r = te.reduce_axis((_i64(0), _i64(lanes)), name="r")
+    C = te.compute(tuple(dim(d) for d in out_shape), lambda *idx: te.sum(P[idx + (r,)], axis=r), name="C")
+    D = ep.fused_output(out_shape, lambda *idx: C[idx], epilogue, extras, out_dtype)
+    return P, C, D

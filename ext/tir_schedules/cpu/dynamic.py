@@ -16,13 +16,15 @@ symbolic N, softmax's element-wise passes).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tvm import s_tir
 
 from ..common import has_block
 from .matmul import TileConfig, accumulate_tile, schedule_tiled
 from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
 
-__all__ = ["TileConfig", "RowConfig", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
+__all__ = ["TileConfig", "RowConfig", "BatchDotConfig", "schedule_batch_dot", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
            "schedule_softmax_cols", "schedule_layer_norm", "schedule_reduce_inner", "schedule_reduce_outer"]
 
 
@@ -129,3 +131,30 @@ def schedule_reduce_outer(sch: s_tir.Schedule, cfg) -> None:
 
     schedule_outer(sch, cfg, symbolic=True)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchDotConfig:
+    """``batch_dot``: ``lanes`` partial sums per output (the K split; K a multiple of it)."""
+
+    lanes: int = 16
+
+
+def schedule_batch_dot(sch: s_tir.Schedule, nbatch: int) -> None:
+    """``batch_dot``: threads over the batch axes and rows; per output, the ``lanes`` partial
+    sums in one register (vectorized), then their total and the epilogue, in place."""
+    c = sch.get_sblock("C")
+    d = sch.get_sblock("D") if has_block(sch, "D") else None
+    loops = sch.get_loops(c)
+    outer, j = loops[:nbatch + 1], loops[nbatch + 1]
+    p = sch.get_sblock("P")
+    sch.compute_at(p, j, preserve_unit_loops=True)
+    sch.set_scope(p, 0, "local")
+    pl, pk = sch.get_loops(p)[-2:]
+    sch.reorder(pk, pl)
+    sch.vectorize(pl)
+    if d is not None:
+        sch.reverse_compute_at(d, j)
+        sch.set_scope(c, 0, "local")
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+    sch.decompose_reduction(p, pk)
