@@ -34,6 +34,7 @@ from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.lift_params import LiftWeightTransforms, param_specs
 from .relax_passes.inplace import UseInplaceCalls
+from .relax_passes.noalias import MarkNoAlias
 from .progress import BuildProgress, stage
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
@@ -92,7 +93,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant(), LiftWeightTransforms()]),
                 stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
-                stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt)),
+                # MarkNoAlias last: VMShapeLower's shape functions would cost every kernel its noalias
+                stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt) + [MarkNoAlias()]),
             ], name="ext.pipeline")
             return seq(mod)
 

@@ -6,7 +6,9 @@ returns a ``Decision``; the candidate builds one PrimFunc per distinct
 (candidate, config, workload) and, when it wants an input in another layout
 (packed weights), a transform kernel applied to that input first. Transforms
 of constants are folded at compile time by the ``FoldConstant`` that follows.
-Composites the selector leaves to the fallback are inlined back, so stock
+A workload whose only symbolic extent is a batch (a conv net imported with a
+symbolic batch) takes the kernel chosen for one image, looped over the images
+(``per_image``). Composites the selector leaves to the fallback are inlined back, so stock
 lowering sees the original ops. Every decision goes to the ``SelectionReport``.
 An operand computed from weight parameters alone (a function with attr
 ``num_input``, see ``lift_params``) counts as a constant for the workload
@@ -26,6 +28,8 @@ ext kernel took it.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
@@ -37,6 +41,7 @@ from ..tir_schedules.common import param_dtype, param_shape
 from ..workload import Workload
 from .families import FAMILIES, Composite, composite_of
 from .lift_params import weight_derived
+from .per_image import batch_free_workload, per_image
 from .stock_ops import report_stock_ops
 from .symbolic import out_shape, relax_shape
 
@@ -106,7 +111,10 @@ class _Lower(PyExprMutator):
             return call
         wl, args, post = extracted
         wl = mark_weight_operand(wl, args, self.weights)
-        decision, built = self._decide(wl)
+        decision, built, kernel_wl = self._decide_per_image(wl)
+        if decision is None:
+            decision, built = self._decide(wl)
+            kernel_wl = wl
         if decision.candidate is None:
             self.report.add(decision)
             self._decline(call, f"{comp.name} declined: {decision.reason}")
@@ -115,7 +123,7 @@ class _Lower(PyExprMutator):
         main, transforms = built
         args = [self.builder_.normalize(a) for a in args]
         for idx, tfunc in transforms.items():
-            gv = self._kernel(cand, wl, config, f"in{idx}", lambda f=tfunc: f)
+            gv = self._kernel(cand, kernel_wl, config, f"in{idx}", lambda f=tfunc: f)
             out_ty = relax.TensorType(param_shape(tfunc, -1), param_dtype(tfunc, -1))
             args[idx] = self.builder_.emit(relax.call_tir(gv, [args[idx]], out_ty=out_ty))
         out_ty = relax.TensorType(relax_shape(out_shape(wl), args), wl.out_dtype)  # symbolic dims: args' vars
@@ -127,6 +135,21 @@ class _Lower(PyExprMutator):
         result = post(self.builder_.emit(result)) if post else result
         self.report.add(decision)  # only once the kernel call exists: a failure above reports "failed"
         return result
+
+    def _decide_per_image(self, wl):
+        """A workload whose only symbolic extent is a batch: the kernel chosen for one image,
+        looped (``per_image``); ``(None, None, None)`` when that does not apply. The decision
+        reports the one-image workload (tuning records of batch 1 apply to it)."""
+        found = batch_free_workload(wl)
+        if found is None:
+            return None, None, None
+        one, batched, sym = found
+        decision, built = self._decide(one)
+        if decision.candidate is None or isinstance(built[0], PackedCall) or set(built[1]) & set(batched):
+            return None, None, None  # nothing static, a library call, or a transform of the images
+        main = per_image(built[0], batched, name=sym if sym.isidentifier() else "n")
+        decision = dataclasses.replace(decision, reason=f"per image over the symbolic batch {sym}: {decision.reason}")
+        return decision, (main, built[1]), one
 
     def _decide(self, wl):
         """Choose and build; a candidate whose build raises is reported ``failed`` and the

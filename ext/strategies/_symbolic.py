@@ -17,6 +17,7 @@ carries, gives ``"other"``, which no candidate should declare):
 * ``softmax`` / ``layer_norm``: ``rows``, ``cols``
 * ``reduce``: ``outer``, ``reduced``, ``inner`` of the canonical ``(O, R, I)``
 * ``conv2d``: ``batch``, ``channels``, ``spatial``, ``kernel``
+* ``pool2d``: ``batch``, ``channels``, ``spatial`` (by the ``layout`` attr's letters)
 """
 from __future__ import annotations
 
@@ -53,7 +54,16 @@ def _conv2d(wl: Workload) -> list[tuple[object, str]]:
     return [(d, role[k]) for k, d in conv_dims(wl).items()]
 
 
-_FAMILIES = {"matmul": _matmul, "softmax": _rows, "layer_norm": _rows, "reduce": _reduce, "conv2d": _conv2d}
+def _pool2d(wl: Workload) -> list[tuple[object, str]]:
+    layout = str(wl.attr("layout") or "NCHW")
+    shape = wl.shapes[0]
+    role = {"N": "batch", "C": "channels", "H": "spatial", "W": "spatial"}
+    letters = [ch for ch in layout if ch.isalpha()]  # NCHW16c: N, C, H, W, c
+    return [(d, role.get(ax, "channels")) for ax, d in zip(letters, shape)]
+
+
+_FAMILIES = {"matmul": _matmul, "softmax": _rows, "layer_norm": _rows, "reduce": _reduce, "conv2d": _conv2d,
+             "pool2d": _pool2d}
 
 
 def symbolic_roles(wl: Workload) -> dict[str, set[str]]:
