@@ -389,3 +389,21 @@ def test_hf_bert_with_symbolic_sequence_builds_and_matches_pytorch(cpu_target):
             ref = body(input_ids=ids).last_hidden_state.numpy()
         got = vm["main"](tvm.runtime.tensor(ids.numpy())).numpy()
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"seq {length}")
+
+
+def test_every_primfunc_of_a_symbolic_build_is_noalias(cpu_target):
+    """VMShapeLower's shape function gets ``tirx.noalias`` (one buffer: exact); without it TVM's
+    codegen drops the noalias compute functions of every kernel in the module."""
+    n = tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", TensorType([n, 3, 8, 8], F32))
+    w = relax.const(np.random.default_rng(0).standard_normal((5, 3, 3, 3)).astype(F32))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(relax.op.nn.conv2d(x, w, padding=1))))
+        bb.emit_func_output(out)
+    with cpu_target:
+        lowered = ext.pipeline(cpu_target)(bb.get())
+    funcs = {gv.name_hint: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
+    assert any("shape_func" in name for name in funcs), sorted(funcs)
+    assert all(f.attrs and f.attrs.get("tirx.noalias") for f in funcs.values()), sorted(funcs)
