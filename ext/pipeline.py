@@ -34,6 +34,7 @@ from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.lift_params import LiftWeightTransforms, param_specs
 from .relax_passes.inplace import UseInplaceCalls
+from .relax_passes.kv_append import FuseCacheAppend
 from .relax_passes.noalias import MarkNoAlias
 from .progress import BuildProgress, stage
 from .strategies.report import SelectionReport
@@ -85,8 +86,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         cpu_target = target_kind(tgt).cpu
         with tgt:
             seq = tvm.transform.Sequential([
-                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt),
-                                rp.FuseEpilogues()]),
+                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
+                      + ([FuseCacheAppend(tgt)] if cpu_target else []) + [rp.FuseEpilogues()]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

@@ -40,22 +40,14 @@ def _bert(quick: bool):
     import torch
     import transformers as tf
 
+    from ext.models.transformer import last_hidden_state
+
     torch.manual_seed(0)
     kw = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
               vocab_size=997) if quick else {}
     cfg = tf.BertConfig(**kw)
     cfg._attn_implementation = "eager"
-    body = tf.BertModel(cfg, add_pooling_layer=False).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = body
-
-        def forward(self, ids):
-            return self.body(input_ids=ids).last_hidden_state
-
-    return Hidden().eval(), cfg.vocab_size
+    return last_hidden_state(tf.BertModel(cfg, add_pooling_layer=False).eval()), cfg.vocab_size
 
 
 def _runner(mod):

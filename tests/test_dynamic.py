@@ -364,22 +364,15 @@ def test_hf_bert_with_symbolic_sequence_builds_and_matches_pytorch(cpu_target):
     import transformers as tf
 
     from ext.frontend import from_torch
+    from ext.models.transformer import last_hidden_state
 
     torch.manual_seed(0)
     cfg = tf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                         vocab_size=101, max_position_embeddings=40)
     body = tf.BertModel(cfg, add_pooling_layer=False).eval()
 
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = body
-
-        def forward(self, ids):
-            return self.body(input_ids=ids).last_hidden_state
-
     s = torch.export.Dim("s", min=2, max=40)
-    mod = from_torch(Hidden().eval(), (torch.randint(0, 101, (1, 9)),), dynamic_shapes={"ids": {1: s}})
+    mod = from_torch(last_hidden_state(body), (torch.randint(0, 101, (1, 9)),), dynamic_shapes={"ids": {1: s}})
     ex, report = _build(mod, cpu_target)
     assert "layer_norm.fused_dyn" in set(_chosen(report).values()), report
     vm = relax.VirtualMachine(ex, tvm.cpu())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
+import tvm
 
 import ext
 from ext.models import kv_decoder as kv
@@ -65,12 +66,20 @@ def test_decode_step_matches_transformers_cache(lm, decode, past):
         assert _rel(g.numpy(), r) < RTOL
 
 
-def test_decode_uses_attention_kernels(lm):
-    """The scores q @ k^T read the cache in place (no stock transpose of the whole cache)."""
+def test_decode_fuses_the_cache_append_with_the_attention_products(lm):
+    """Each layer's k and v caches are appended inside the kernels that read them (no separate
+    concatenation, no transpose of the key cache); the prefill (static) keeps the batch kernels."""
     mod, _ = kv.export_decoder(lm, "decode")
-    ext.build(mod, ext.target.cpu())
-    names = {d.name for d in ext.last_report().find("matmul")}
-    assert "matmul.batch_dot_dyn" in names, names
+    target = ext.target.cpu()
+    with target:
+        lowered = ext.pipeline(target)(mod)
+    names = [gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert any(n.startswith("kv_append_scores") for n in names), names
+    assert any(n.startswith("kv_append_mix") for n in names), names
+    assert not any("concatenate" in n for n in names), names
+    mod, _ = kv.export_decoder(lm, "prefill", tokens=7)
+    ext.build(mod, target)
+    assert "matmul.batch" in {d.name for d in ext.last_report().find("matmul")}
 
 
 def test_prefill_matches_transformers(lm, prefill):
@@ -109,3 +118,36 @@ def test_decode_refuses_a_past_beyond_the_context(decode, lm):
     flat = [t.numpy() for t in kv.random_past(lm, 64)]
     with pytest.raises(ValueError, match="outside the range the model was built for"):
         decode(np.array([[1]]), *flat)
+
+
+@pytest.mark.parametrize("kind,B,H,M,D,T,lanes", [("scores", 1, 3, 1, 32, 1, 16), ("scores", 2, 5, 1, 32, 2, 16), ("scores", 1, 3, 1, 20, 1, 4),
+                                                  ("mix", 1, 3, 1, 32, 1, None), ("mix", 2, 5, 2, 19, 3, None)])
+def test_cache_append_kernels_match_numpy(kind, B, H, M, D, T, lanes):
+    """The fused append + product kernels against NumPy for past lengths 1, 13 (prime), 100."""
+    from tvm import te, tirx
+
+    from ext.tir_schedules.common import create_schedule, finish
+    from ext.tir_schedules.cpu import kv_append as sched
+    from ext.topi_kernels import kv_append as kern
+
+    P = tirx.Var("p", "int64")
+    past, new = te.placeholder((B, H, P, D), name="past"), te.placeholder((B, H, T, D), name="new")
+    left = te.placeholder((B, H, M, D) if kind == "scores" else (B, H, M, P + T), name="left")
+    if kind == "scores":
+        present, out = kern.append_scores(left, past, new, lanes)
+    else:
+        present, out = kern.append_mix(left, past, new)
+    sch = create_schedule([left, past, new, present, out])
+    (sched.schedule_append_scores if kind == "scores" else sched.schedule_append_mix)(sch)
+    f = tvm.compile(finish(sch, "kv").with_attr("global_symbol", "k"), target=ext.target.cpu())
+    rng = np.random.default_rng(7)
+    for p in (1, 13, 100):
+        pa, nw = rng.standard_normal((B, H, p, D)).astype("float32"), rng.standard_normal((B, H, T, D)).astype("float32")
+        lf = rng.standard_normal((B, H, M, D if kind == "scores" else p + T)).astype("float32")
+        full = np.concatenate([pa, nw], axis=2)
+        want = lf.astype("float64") @ (np.swapaxes(full, -1, -2) if kind == "scores" else full)
+        got_p = tvm.runtime.empty(full.shape, "float32")
+        got = tvm.runtime.empty(want.shape, "float32")
+        f["k"](*[tvm.runtime.tensor(x) for x in (lf, pa, nw)], got_p, got)
+        np.testing.assert_array_equal(got_p.numpy(), full)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4, err_msg=f"past {p}")

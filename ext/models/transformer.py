@@ -39,3 +39,19 @@ def encoder_layer(hidden: int = 768, heads: int = 12, ffn: int = 3072, *, seed: 
         raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
     torch.manual_seed(seed)
     return EncoderLayer().eval()
+
+
+def last_hidden_state(body):
+    """A ``torch.nn.Module`` returning ``body(input_ids=ids).last_hidden_state`` (a transformers
+    encoder as a one-input, one-output model for import and benchmarks)."""
+    import torch
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, ids):
+            return self.body(input_ids=ids).last_hidden_state
+
+    return LastHidden().eval()

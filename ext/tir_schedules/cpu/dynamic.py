@@ -24,7 +24,7 @@ from ..common import has_block
 from .matmul import TileConfig, accumulate_tile, schedule_tiled
 from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
 
-__all__ = ["TileConfig", "RowConfig", "BatchDotConfig", "schedule_batch_dot", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
+__all__ = ["TileConfig", "RowConfig", "BatchDotConfig", "schedule_batch_dot", "lane_partials_at", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
            "schedule_softmax_cols", "schedule_layer_norm", "schedule_reduce_inner", "schedule_reduce_outer"]
 
 
@@ -147,14 +147,22 @@ def schedule_batch_dot(sch: s_tir.Schedule, nbatch: int) -> None:
     d = sch.get_sblock("D") if has_block(sch, "D") else None
     loops = sch.get_loops(c)
     outer, j = loops[:nbatch + 1], loops[nbatch + 1]
-    p = sch.get_sblock("P")
-    sch.compute_at(p, j, preserve_unit_loops=True)
-    sch.set_scope(p, 0, "local")
-    pl, pk = sch.get_loops(p)[-2:]
-    sch.reorder(pk, pl)
-    sch.vectorize(pl)
+    p, pk = lane_partials_at(sch, "P", j)
     if d is not None:
         sch.reverse_compute_at(d, j)
         sch.set_scope(c, 0, "local")
     sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     sch.decompose_reduction(p, pk)
+
+
+def lane_partials_at(sch: s_tir.Schedule, name: str, loop):
+    """The ``lanes`` partial sums ``name[..., l]`` of one dot product computed under ``loop`` in
+    one vector register (the K step outside, the lanes vectorized); returns ``(block, K loop)``
+    for the caller's ``decompose_reduction`` (after its ``parallel``)."""
+    p = sch.get_sblock(name)
+    sch.compute_at(p, loop, preserve_unit_loops=True)
+    sch.set_scope(p, 0, "local")
+    pl, pk = sch.get_loops(p)[-2:]
+    sch.reorder(pk, pl)
+    sch.vectorize(pl)
+    return p, pk
