@@ -20,6 +20,7 @@ import functools
 
 import tvm
 from tvm import relax
+from tvm.relax.dpl import is_op
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..topi_kernels.elemwise import UNARY, activation_compute, unary_compute
@@ -31,6 +32,26 @@ def prim_float(expr) -> float | None:
     None when symbolic or not a scalar."""
     value = getattr(expr, "value", None)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def commutative(op: str, a, b):
+    """A DPL pattern for ``op(a, b)`` in either operand order (multiply, add)."""
+    return is_op(op)(a, b) | is_op(op)(b, a)
+
+
+def constant_scalar(expr) -> float | None:
+    """The value of a one-element Relax constant (None otherwise)."""
+    value = getattr(expr, "value", None)  # a Relax constant holds a runtime Tensor
+    if not isinstance(value, tvm.runtime.Tensor):
+        return None
+    data = value.numpy()
+    return float(data.reshape(-1)[0]) if data.size == 1 else None
+
+
+def is_constant(expr, want: float) -> bool:
+    """``expr`` is a one-element constant within 1e-6 relative of ``want``."""
+    v = constant_scalar(expr)
+    return v is not None and abs(v - want) <= 1e-6 * abs(want)
 
 
 def parametric_activation(call) -> str | None:

@@ -39,7 +39,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..workload import TENSOR_STEPS
-from .elemwise_math import parametric_activation
+from .elemwise_math import commutative, is_constant, parametric_activation
 from .families import FAMILIES
 
 #: activations that are one Relax op with no parameter
@@ -50,7 +50,7 @@ ACTIVATION_OPS = {
 
 
 def _mul(a, b):
-    return is_op("relax.multiply")(a, b) | is_op("relax.multiply")(b, a)
+    return commutative("relax.multiply", a, b)
 
 
 def _const(ann: dict, name: str):
@@ -102,20 +102,6 @@ ACTIVATION_PATTERNS = {
 PARAMETRIC = {"clip": "relax.clip", "leaky_relu": "relax.nn.leakyrelu"}
 
 
-def _scalar(expr) -> float | None:
-    """The value of a one-element constant (None otherwise)."""
-    value = getattr(expr, "value", None)  # a Relax constant holds a runtime Tensor
-    if not isinstance(value, tvm.runtime.Tensor):
-        return None
-    data = value.numpy()
-    return float(data.reshape(-1)[0]) if data.size == 1 else None
-
-
-def _is_num(expr, want: float) -> bool:
-    v = _scalar(expr)
-    return v is not None and abs(v - want) <= 1e-6 * abs(want)
-
-
 def _activation_ok(act: str, ann: dict) -> bool:
     """The matched activation is the one its name says: constant parameters; hardswish/hardsigmoid's
     constants are 3, 0, 6 and 6 (or 1/6), or ONNX's 1/6, 1/2, 0 and 1."""
@@ -123,13 +109,13 @@ def _activation_ok(act: str, ann: dict) -> bool:
         return parametric_activation(ann["act"]) is not None
     if act not in ("hardsigmoid", "hardswish"):
         return True
-    if "hs_clip" in ann and (parametric_activation(ann["hs_clip"]) != "clip:0:6" or not _is_num(ann["hs_3"], 3.0)):
+    if "hs_clip" in ann and (parametric_activation(ann["hs_clip"]) != "clip:0:6" or not is_constant(ann["hs_3"], 3.0)):
         return False
     if "hs_clip01" in ann and parametric_activation(ann["hs_clip01"]) != "clip:0:1":
         return False
     for name, want in (("hs_div6", 6.0), ("hs_mul6", 1 / 6), ("hw_div6", 6.0), ("hw_mul6", 1 / 6),
                        ("hs_alpha", 1 / 6), ("hs_beta", 0.5)):
-        if name in ann and not _is_num(ann[name], want):
+        if name in ann and not is_constant(ann[name], want):
             return False
     return True
 

@@ -16,43 +16,28 @@ from __future__ import annotations
 
 import math
 
-import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
+from .elemwise_math import commutative, constant_scalar, is_constant
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
-def _comm(op: str, a, b):
-    return is_op(op)(a, b) | is_op(op)(b, a)
-
-
-def _scalar(expr) -> float | None:
-    """The value of a scalar (rank 0 or one element) float constant, else None."""
-    if not isinstance(expr, tvm.ir.expr.Constant):
-        return None
-    data = expr.value.numpy()
-    return float(data.reshape(-1)[0]) if data.size == 1 and data.dtype.kind == "f" else None
-
-
-def _near(value, want: float) -> bool:
-    return value is not None and abs(value - want) <= 1e-6 * abs(want)
 
 
 def _pattern():
     x = wildcard()
     c_half, c_cube, c_scale, c_one, c_exp = (is_const() for _ in range(5))
     cube = is_op("relax.power")(x, c_exp)
-    inner = _comm("relax.add", x, _comm("relax.multiply", cube, c_cube))
-    t = is_op("relax.tanh")(_comm("relax.multiply", inner, c_scale))
-    one_plus = _comm("relax.add", t, c_one)
-    out = _comm("relax.multiply", _comm("relax.multiply", x, c_half), one_plus)
+    inner = commutative("relax.add", x, commutative("relax.multiply", cube, c_cube))
+    t = is_op("relax.tanh")(commutative("relax.multiply", inner, c_scale))
+    one_plus = commutative("relax.add", t, c_one)
+    out = commutative("relax.multiply", commutative("relax.multiply", x, c_half), one_plus)
     return out, x, {"half": c_half, "cube": c_cube, "scale": c_scale, "one": c_one, "exp": c_exp}
 
 
 def _gelu(orig, m, x, consts):
     want = {"half": 0.5, "cube": 0.044715, "scale": _SQRT_2_OVER_PI, "one": 1.0, "exp": 3.0}
-    if any(not _near(_scalar(m[c]), want[k]) for k, c in consts.items()):
+    if any(not is_constant(m[c], want[k]) for k, c in consts.items()):
         return orig
     ty = m[x].ty
     if not isinstance(ty, relax.TensorType) or ty.dtype != orig.ty.dtype:
@@ -61,7 +46,7 @@ def _gelu(orig, m, x, consts):
 
 
 def _power(orig, m, x, exponent):
-    value = _scalar(m[exponent])
+    value = constant_scalar(m[exponent])
     if value not in (2.0, 3.0) or not isinstance(m[x].ty, relax.TensorType) or m[x].ty.dtype != orig.ty.dtype:
         return orig
     sq = relax.op.multiply(m[x], m[x])

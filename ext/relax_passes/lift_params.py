@@ -106,12 +106,13 @@ class ParamSpec:
 
     def check(self, what: str, arrays: list) -> None:
         """Raise ``ValueError`` naming the first of ``arrays`` that does not match ``what``
-        (``"inputs"`` or ``"weights"``): wrong count, shape or dtype, or a symbolic dim
-        outside its declared bounds."""
+        (``"inputs"`` or ``"weights"``): wrong count, shape or dtype, a symbol that two arrays
+        give different values, or a symbolic dim outside its declared bounds."""
         want = getattr(self, what)
         if len(arrays) != len(want):
             names = ", ".join(n for n, _, _ in want)
             raise ValueError(f"expected {len(want)} {what} ({names}), got {len(arrays)}")
+        bounds, seen = dict(self.bounds), {}  # symbol -> (value, the input that set it)
         for i, ((name, shape, dtype), arr) in enumerate(zip(want, arrays)):
             if shape is None:
                 continue
@@ -122,10 +123,15 @@ class ParamSpec:
                 raise ValueError(f"{what[:-1]} {i} ({name!r}): expected shape {_fmt_shape(shape)} {dtype}, "
                                  f"got {_fmt_shape(got_shape)} {got_dtype}")
             for w, g in zip(shape, got_shape):
-                lo, hi = dict(self.bounds).get(w, (None, None))
+                if isinstance(w, int):
+                    continue
+                where = f"{what[:-1]} {i} ({name!r})"
+                if seen.setdefault(w, (g, where))[0] != g:
+                    raise ValueError(f"{where}: {w}={g}, but {seen[w][1]} has {w}={seen[w][0]}")
+                lo, hi = bounds.get(w, (None, None))
                 if (lo is not None and g < lo) or (hi is not None and g > hi):
-                    raise ValueError(f"{what[:-1]} {i} ({name!r}): {w}={g} is outside the range the model "
-                                     f"was built for ({lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'})")
+                    raise ValueError(f"{where}: {w}={g} is outside the range the model was built for "
+                                     f"({lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'})")
 
 
 def _fmt_shape(shape) -> str:

@@ -147,7 +147,7 @@ class _Lower(PyExprMutator):
         decision, built = self._decide(one)
         if decision.candidate is None or isinstance(built[0], PackedCall) or set(built[1]) & set(batched):
             return None, None, None  # nothing static, a library call, or a transform of the images
-        main = per_image(built[0], batched, name=sym if sym.isidentifier() else "n")
+        main = per_image(built[0], batched)
         decision = dataclasses.replace(decision, reason=f"per image over the symbolic batch {sym}: {decision.reason}")
         return decision, (main, built[1]), one
 

@@ -15,7 +15,7 @@ import tvm
 
 
 def _buffers(func) -> int:
-    return sum(1 for p in func.params if getattr(p, "shape", None) is not None)
+    return sum(1 for p in func.params if tvm.tirx.is_buffer_var(p))
 
 
 def MarkNoAlias() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
