@@ -83,6 +83,8 @@ def ops():
     return [
         ("softmax", "12x128x128 (BERT)", [(12, 128, 128)],
          lambda bb, x: bb.emit(relax.op.nn.softmax(x)), _np_softmax, lambda x: torch.softmax(x, -1)),
+        ("softmax", "6x1500x1500 (Whisper)", [(6, 1500, 1500)],
+         lambda bb, x: bb.emit(relax.op.nn.softmax(x)), _np_softmax, lambda x: torch.softmax(x, -1)),
         ("softmax", "1x1000 (ResNet fc)", [(1, 1000)],
          lambda bb, x: bb.emit(relax.op.nn.softmax(x)), _np_softmax, lambda x: torch.softmax(x, -1)),
         ("layer_norm", "128x768 (BERT)", [(128, 768), (768,), (768,)],

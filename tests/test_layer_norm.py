@@ -147,3 +147,41 @@ def test_dropout_mask_still_available(cpu_target):
     assert ext.last_report().find("layer_norm")[0].name == "layer_norm.dropout"
     x, g, b = inputs(4, 32, seed=9)
     assert_close(run_relax(ex, x, g, b), reference(x, g, b) + 1.0, **TOL)
+
+
+def _group_norm_module(shape, groups):
+    from tvm import relax
+
+    c = shape[1]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    g, b = relax.Var("g", relax.TensorType((c,), "float32")), relax.Var("b", relax.TensorType((c,), "float32"))
+    with bb.function("main", [x, g, b]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.nn.group_norm(x, g, b, groups, 1, list(range(2, len(shape))))))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def group_norm_reference(x, g, b, groups, eps=1e-5):
+    n, c = x.shape[:2]
+    xr = x.astype("float64").reshape(n, groups, -1)
+    y = (xr - xr.mean(-1, keepdims=True)) / np.sqrt(xr.var(-1, keepdims=True) + eps)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    return y.reshape(x.shape) * g.reshape(bshape) + b.reshape(bshape)
+
+
+@pytest.mark.parametrize("shape,groups", [((1, 16, 9, 9), 1), ((2, 12, 7, 5), 3), ((1, 32, 13, 11), 8),
+                                          ((3, 6, 1, 1), 6), ((2, 10, 17), 5)])
+def test_group_norm_is_a_row_kernel(cpu_target, shape, groups):
+    """Group norm: rows of whole groups with a per-channel affine, against float64 NumPy; NaN stays in its group."""
+    ex = ext.build(_group_norm_module(shape, groups), cpu_target)
+    assert [d.name for d in ext.last_report().find("layer_norm")] == ["layer_norm.fused"]
+    rng = np.random.default_rng(sum(shape) + groups)
+    x = (rng.normal(size=shape) * 3 + 2).astype("float32")
+    g, b = (rng.normal(size=shape[1]).astype("float32") for _ in range(2))
+    x[0, 0].flat[0] = np.nan
+    got, want = run_relax(ex, x, g, b), group_norm_reference(x, g, b, groups)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert_close(got[ok], want[ok], rtol=1e-4, atol=1e-4)

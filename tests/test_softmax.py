@@ -13,7 +13,7 @@ from ext.workload import Workload
 
 CANDIDATES = ["softmax.rowwise", "softmax.short"]
 # (rows, n): size-1 rows and axes, primes, a tail after whole vectors, BERT's 128
-SHAPES = [(1, 1), (3, 1), (7, 13), (5, 17), (4, 130), (64, 128), (2, 768)]
+SHAPES = [(1, 1), (3, 1), (7, 13), (5, 17), (4, 130), (64, 128), (2, 768), (3, 1500)]
 
 
 def softmax_wl(rows, n):
@@ -38,6 +38,16 @@ def test_candidate_matches_numpy(cpu_target, name, rows, n):
     x = np.random.default_rng(rows * 31 + n).normal(0, 3, (rows, n)).astype("float32")
     got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run([x])
     assert_close(got, reference(x), **TOL, what=f"{name} {rows}x{n}")
+
+
+@pytest.mark.parametrize("name", CANDIDATES)
+def test_max_in_the_tail(cpu_target, name):
+    """The row's largest element past the last whole vector (the partitioned tail of the reductions)."""
+    cand, wl = REGISTRY.get(name), softmax_wl(4, 133)
+    x = np.random.default_rng(2).normal(0, 1, (4, 133)).astype("float32")
+    x[:, -1] = 40.0
+    got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run([x])
+    assert_close(got, reference(x), **TOL)
 
 
 @pytest.mark.parametrize("name", CANDIDATES)

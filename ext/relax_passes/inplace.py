@@ -41,6 +41,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym import Analyzer  # tvm.arith in older TVM
+from ..tir_schedules.common import unscheduled
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
@@ -152,6 +153,22 @@ def _alias_output(func, index: int):
     return new.without_attr("global_symbol") if new.attrs and "global_symbol" in new.attrs else new
 
 
+def _is_reshape(func) -> bool:
+    """A kernel that only copies its input into a new shape. Also after FuseOps chained
+    reshapes, or a reshape -> multiply(x, 1) -> reshape that legalization left as copies (two
+    or three blocks, which stock ``has_reshape_pattern`` does not see through): Whisper's
+    attention scores went through two 54 MB copies per layer that way."""
+    if relax.analysis.has_reshape_pattern(func):
+        return True
+    if not unscheduled(func):  # a candidate's kernel computes
+        return False
+    try:
+        inlined = _inline_all(func)
+    except Exception:  # noqa: BLE001 - not a plain block chain: not a reshape we can prove
+        return False
+    return inlined is not None and relax.analysis.has_reshape_pattern(inlined[0].mod["main"])
+
+
 def _same_shape(a, b) -> bool:
     return [int(d) for d in a.shape] == [int(d) for d in b.shape]
 
@@ -186,7 +203,7 @@ class _Rewrite(PyExprMutator):
         if not producer.op.same_as(_CALL_TIR):
             return False
         callee = self.mod_[producer.args[0]]
-        return isinstance(callee, tirx.PrimFunc) and not relax.analysis.has_reshape_pattern(callee)
+        return isinstance(callee, tirx.PrimFunc) and not _is_reshape(callee)
 
     def rewrite_block(self, block, uses, producers):
         out = []
@@ -214,7 +231,7 @@ class _Rewrite(PyExprMutator):
         func = self.mod_[gv]
         if not isinstance(func, tirx.PrimFunc) or len(func.params) != len(args) + 1:
             return None
-        reshape = relax.analysis.has_reshape_pattern(func)
+        reshape = _is_reshape(func)
         for i, x in enumerate(args):
             if not isinstance(x, relax.DataflowVar) or uses[x] != 1 or not self._fresh(producers.get(x)):
                 continue

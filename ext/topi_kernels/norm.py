@@ -26,7 +26,10 @@ case of one outlier and ``O(n * eps32)`` for typical rows; float32 sums of
 768 elements give ~1e-6 relative error on ``rstd`` (tests check 1e-5 against
 float64 with a mean of 1e3 times the spread).
 
-``center``/``scale`` off drop ``beta``/``gamma``. Dropout after layer norm is
+``center``/``scale`` off drop ``beta``/``gamma``. Group norm (``relax.nn.group_norm`` over
+``(N, C, *spatial)`` with ``G`` groups) is the same kernel over ``N * G`` rows of
+``C / G * HW`` elements with a per-channel affine: ``channel_run = HW`` indexes
+``gamma``/``beta`` (of ``C`` values) by ``(r % G) * (C / G) + k // HW``. Dropout after layer norm is
 the identity at inference (``relax.nn.dropout`` has no training flag; stock
 TVM legalizes it to a copy plus a mask of ones), so the fused
 ``layer_norm + dropout`` kernel is this kernel.
@@ -45,20 +48,27 @@ def _let(name: str, dtype: str, value, body):
 
 
 def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, n: int, *, eps: float,
-                    center: bool = True, scale: bool = True, pad_to: int = 1) -> te.Tensor:
+                    center: bool = True, scale: bool = True, pad_to: int = 1,
+                    channel_run: int | None = None, groups: int = 1) -> te.Tensor:
     """``Y = layer_norm(X) * gamma + beta`` over the last axis; blocks ``s1``, ``s2``, ``mean``, ``rstd``, ``out``.
 
     ``pad_to > 1`` runs the sums to a multiple of ``pad_to`` (adding 0 past ``n``) so that a
-    schedule can split them into whole vectors.
+    schedule can split them into whole vectors. ``channel_run``/``groups``: group norm's
+    per-channel affine (see the module doc).
     """
     dt = X.dtype
     zero = _i64(0)
     npad = -(-n // pad_to) * pad_to
 
+    def shift(r):
+        # a row of one element is not shifted: the simplifier folds X[r, 0] - X[r, 0] to 0,
+        # which would turn a NaN input into beta
+        return X[r, zero] if n > 1 else tirx.const(0.0, dt)
+
     def d(r, k):  # X[r, k] - K, 0 past the row
         if npad == n:
-            return X[r, k] - X[r, zero]
-        return tirx.if_then_else(k < _i64(n), X[r, te.min(k, _i64(n - 1))] - X[r, zero], tirx.const(0.0, dt))
+            return X[r, k] - shift(r)
+        return tirx.if_then_else(k < _i64(n), X[r, te.min(k, _i64(n - 1))] - shift(r), tirx.const(0.0, dt))
 
     k1 = te.reduce_axis((zero, _i64(npad)), name="k1")
     k2 = te.reduce_axis((zero, _i64(npad)), name="k2")
@@ -82,12 +92,18 @@ def layer_norm_rows(X: te.Tensor, gamma: te.Tensor, beta: te.Tensor, rows: int, 
 
     RS = te.compute((dim(rows),), rstd, name="rstd")
 
+    def param(r, k):
+        if channel_run is None:
+            return k
+        per_group = _i64(n // channel_run)
+        return (r % _i64(groups)) * per_group + k // _i64(channel_run)
+
     def out(r, k):
-        y = ((X[r, k] - X[r, zero]) - M[r]) * RS[r]
+        y = ((X[r, k] - shift(r)) - M[r]) * RS[r]
         if scale:
-            y = y * gamma[k]
+            y = y * gamma[param(r, k)]
         if center:
-            y = y + beta[k]
+            y = y + beta[param(r, k)]
         return y
 
     return te.compute((dim(rows), _i64(n)), out, name="out")

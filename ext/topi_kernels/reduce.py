@@ -50,6 +50,7 @@ import tvm
 import tvm_ffi
 from tvm import te, tirx
 
+from . import elemwise as ew
 from . import i64 as _i64
 
 KINDS = ("sum", "mean", "max", "min")
@@ -66,7 +67,7 @@ def identity(kind: str, dtype: str):
 def _nan_combiner(kind: str):
     """``isnan(acc) ? acc + x : (max|min)(acc, x)`` (see module doc)."""
     pick = tirx.Max if kind == "max" else tirx.Min
-    return lambda acc, x: tirx.Select(tirx.isnan(acc), acc + x, pick(acc, x))
+    return lambda acc, x: tirx.Select(ew.isnan(acc), acc + x, pick(acc, x))
 
 
 def _identity_of(kind: str):

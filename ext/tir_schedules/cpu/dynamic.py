@@ -22,7 +22,8 @@ from tvm import s_tir
 
 from ..common import has_block
 from .matmul import TileConfig, accumulate_tile, schedule_tiled
-from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
+from .softmax import RowConfig, rfactor_lanes, row_length, row_loops, vectorize_inner, vectorize_rf
+from .reduce import reduced_length
 
 __all__ = ["TileConfig", "RowConfig", "BatchDotConfig", "schedule_batch_dot", "lane_partials_at", "schedule_rows_gemm", "schedule_batch", "schedule_softmax",
            "schedule_softmax_cols", "schedule_layer_norm", "schedule_reduce_inner", "schedule_reduce_outer"]
@@ -73,22 +74,24 @@ def _row_loops(sch: s_tir.Schedule, cfg: RowConfig, blocks) -> None:
 
 def schedule_softmax(sch: s_tir.Schedule, cfg: RowConfig) -> None:
     """``softmax.schedule_rowwise`` with the symbolic row loop."""
+    n = row_length(sch)
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("max", "sum")]
     _row_loops(sch, cfg, ("sum", "exp", "max"))
     for rf in rfs:
         if rf is not None:
-            vectorize_rf(sch, rf)
+            vectorize_rf(sch, rf, n)
     for name in ("out", "exp") + (("cast",) if has_block(sch, "cast") else ()):
         vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
 
 
 def schedule_layer_norm(sch: s_tir.Schedule, cfg: RowConfig) -> None:
     """``norm.schedule_layer_norm`` with the symbolic row loop."""
+    n = row_length(sch)
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("s1", "s2")]
     _row_loops(sch, cfg, ("rstd", "mean", "s2", "s1"))
     for rf in rfs:
         if rf is not None:
-            vectorize_rf(sch, rf)
+            vectorize_rf(sch, rf, n)
     vectorize_inner(sch, sch.get_sblock("out"), cfg.lanes)
 
 
@@ -122,7 +125,7 @@ def schedule_reduce_inner(sch: s_tir.Schedule, cfg) -> None:
     sch.parallel(o0)
     if rf is not None:
         sch.compute_at(rf, o1)
-        vectorize_rf(sch, rf)
+        vectorize_rf(sch, rf, reduced_length(sch))
 
 
 def schedule_reduce_outer(sch: s_tir.Schedule, cfg) -> None:

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .softmax import RowConfig, rfactor_lanes, row_loops, vectorize_inner, vectorize_rf
+from .softmax import RowConfig, rfactor_lanes, row_length, row_loops, vectorize_inner, vectorize_rf
 
 __all__ = ["RowConfig", "schedule_layer_norm"]
 
 
 def schedule_layer_norm(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    n = row_length(sch)
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("s1", "s2")]
     row_loops(sch, cfg, blocks=("rstd", "mean", "s2", "s1"))
     for rf in rfs:
         if rf is not None:
-            vectorize_rf(sch, rf)
+            vectorize_rf(sch, rf, n)
     vectorize_inner(sch, sch.get_sblock("out"), cfg.lanes)

@@ -65,6 +65,11 @@ def _input_elems(sch) -> int:
     return math.prod(int(d) for d in sch.mod["main"].params[0].ty.shape)
 
 
+def reduced_length(sch) -> int:
+    """``R`` of the reduced input ``X (O, R, I)``: the reduction's true length (``pad_to``)."""
+    return int(sch.mod["main"].params[0].ty.shape[1])
+
+
 def _vectorize(sch, loop, lanes: int) -> None:
     n = extent(sch, loop)
     if n > lanes:
@@ -83,7 +88,7 @@ def schedule_inner(sch: s_tir.Schedule, cfg: InnerConfig) -> None:
     maybe_parallel(sch, o0, elems)  # before decompose_reduction, which leaves blocks parallel() rejects
     if rf is not None:
         sch.compute_at(rf, o1)
-        vectorize_rf(sch, rf)
+        vectorize_rf(sch, rf, reduced_length(sch))
 
 
 def schedule_outer(sch: s_tir.Schedule, cfg: OuterConfig, symbolic: bool = False) -> None:

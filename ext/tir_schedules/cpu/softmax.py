@@ -53,13 +53,18 @@ class RowConfig:
 
 
 def vectorize_inner(sch, block, lanes: int) -> None:
+    """Vectorize ``block``'s innermost loop by ``lanes``. A tail (extent not a multiple of
+    ``lanes``) becomes its own loop, so the whole vectors carry no predicate: a predicated
+    vector loop is scalarized (or gathers) by TVM's codegen, 2.4x the time of a softmax row."""
     loop = sch.get_loops(block)[-1]
     n = extent(sch, loop)
     if n <= lanes:
         sch.vectorize(loop) if n == lanes else sch.unroll(loop)
         return
-    _, inner = sch.split(loop, [None, lanes])
+    outer, inner = sch.split(loop, [None, lanes])
     sch.vectorize(inner)
+    if n % lanes:
+        sch.loop_partition(outer, [n // lanes, None])
 
 
 def rfactor_lanes(sch, block, lanes: int):
@@ -73,12 +78,17 @@ def rfactor_lanes(sch, block, lanes: int):
     return sch.rfactor(k1, factor_axis=len(sch.get_loops(block)) - 2)
 
 
-def vectorize_rf(sch, rf) -> None:
-    """Vectorize a partial block from ``rfactor_lanes`` (after compute_at) and split its init."""
+def vectorize_rf(sch, rf, valid: int | None = None) -> None:
+    """Vectorize a partial block from ``rfactor_lanes`` (after compute_at) and split its init.
+    ``valid``: the reduction's true length when the compute padded it to whole vectors
+    (``pad_to``); the last vector, the only one that reads padding, gets its own loop."""
     k1, k0 = sch.get_loops(rf)[-2:]  # compute_at orders the spatial lane loop first
+    lanes = extent(sch, k1)
     sch.reorder(k0, k1)
     sch.vectorize(k1)
     sch.decompose_reduction(rf, k0)
+    if valid is not None and valid % lanes:
+        sch.loop_partition(sch.get_loops(rf)[-2], [valid // lanes, None])
 
 
 def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max"), symbolic: bool = False):
@@ -100,12 +110,19 @@ def row_loops(sch, cfg: RowConfig, blocks=("sum", "exp", "max"), symbolic: bool 
         maybe_parallel(sch, r0, elems)
 
 
+def row_length(sch, block: str = "out") -> int:
+    """The true row length: the innermost extent of an element-wise ``block`` (the row
+    reductions may run to a padded length, see ``pad_to`` in the computes)."""
+    return extent(sch, sch.get_loops(sch.get_sblock(block))[-1])
+
+
 def schedule_rowwise(sch: s_tir.Schedule, cfg: RowConfig) -> None:
+    n = row_length(sch)
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), cfg.lanes) for name in ("max", "sum")]
     row_loops(sch, cfg)
     for rf in rfs:
         if rf is not None:
-            vectorize_rf(sch, rf)
+            vectorize_rf(sch, rf, n)
     for name in ("out", "exp") + (("cast",) if has_block(sch, "cast") else ()):
         vectorize_inner(sch, sch.get_sblock(name), cfg.lanes)
 
