@@ -114,14 +114,22 @@ def _direct_suits(wl, target):
     return None
 
 
-def direct_order(g: cv.ConvGeom, target) -> str:
-    """``"channels"`` (one output-channel block's weights stay in L2 while every row passes)
-    for layers whose packed weight exceeds half the L2 *and* that widen the channels 4x or
-    more (ResNet-50's 256->1024 at 14x14, 512->2048 at 7x7: 0.53 against 0.60 ms); ``"rows"``
-    (threads split the image by rows in every stage) for the rest, where it measured equal or
-    up to 22% faster (1024->256 at 14x14: 0.56 against 0.71 ms; stride-2 3x3 layers 1-6%)."""
-    big = g.O * g.Cg * g.KH * g.KW * 4 > cpu_info(target).l2_bytes // 2
-    return "channels" if big and g.O >= 4 * g.Cg else "rows"
+def direct_order(g: cv.ConvGeom, target, ocb: int = 32) -> str:
+    """Loop order of the blocked kernel, from the bytes each order re-reads.
+
+    ``"rows"`` (threads split the image by rows; every channel block of a row before the next
+    row) reads the whole weight once per output row unless it fits in L2; ``"channels"`` (every
+    row of one output-channel block before the next) reads the input once per channel block
+    unless it fits. Channels first wins only at half the traffic or less: rows first measured
+    equal or up to 22% faster where both are small (1024->256 at 14x14: 0.56 against 0.71 ms).
+    ResNet-50's 7x7 layers hold 4-9 MB of weights for 100-400 kB of input: rows first
+    re-read the weights 7 times (1024->2048 stride 2: 2.7 ms against onnxruntime's 0.95)."""
+    l2 = cpu_info(target).l2_bytes
+    w_bytes = g.O * g.Cg * g.KH * g.KW * 4
+    x_bytes = g.C * g.H * g.W * 4
+    rows = w_bytes if w_bytes <= l2 else g.OH * w_bytes
+    channels = x_bytes if x_bytes <= l2 else -(-g.O // ocb) * x_bytes
+    return "channels" if 2 * channels < rows else "rows"
 
 
 def _direct_default(wl, target) -> DirectConfig:
@@ -130,7 +138,7 @@ def _direct_default(wl, target) -> DirectConfig:
     icb, ocb = _direct_blocks(g, ln, 4 * ln if wide else 2 * ln)
     vecs = max(1, ocb // ln)
     reg_n = 4 if wide else pick_reg_n(g.OW, min(14, cpu_info(target).accumulators // vecs))
-    return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=direct_order(g, target))
+    return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=direct_order(g, target, ocb))
 
 
 def _direct_space(wl, target):

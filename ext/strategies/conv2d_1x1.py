@@ -80,7 +80,7 @@ def _build(wl, cfg: Conv1x1Config, target):
 
 def _estimate(wl, target):
     g, cfg = geom(wl), _default(wl, target)
-    return cost.conv1x1(g, target, cfg.rows * g.OW)
+    return cost.conv1x1(g, target, cfg.rows * g.OW, cfg.ob)
 
 
 register(Candidate("conv2d.conv1x1", ("llvm",), PLEVEL.BLOCKED, _check, Conv1x1Config, space=_space,

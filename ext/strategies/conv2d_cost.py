@@ -69,12 +69,20 @@ def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc") -> float:
     return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + layout_bytes(g))
 
 
-def conv1x1(g: cv.ConvGeom, target, tile_px: int) -> float:
-    """Reads and writes NCHW in place; slower once one tile's input (``C x tile_px`` floats, read
-    once per output-channel block) outgrows ~48 KiB: it then streams from L2 (144 channels x 112
-    pixels: 0.72 of the small-channel rate, 256: 0.57)."""
-    tile = 4 * g.C * tile_px
-    eff = EFFICIENCY["conv1x1"] * min(1.0, (48 * 1024 / tile) ** 0.5)
+#: one conv1x1 tile's input (``C x tile_px`` floats) stays in L1 up to about this many bytes
+CONV1X1_L1_TILE = 48 * 1024
+
+
+def conv1x1(g: cv.ConvGeom, target, tile_px: int, ob: int) -> float:
+    """Reads and writes NCHW in place. Each input vector it loads feeds ``ob`` multiply-adds;
+    once one tile's input (read once per block of ``ob`` output channels) outgrows L1 the loads
+    come from L2 and fewer than 3 per load leave the FMA units waiting: 0.3 of peak per output
+    channel of the tile, measured 0.59-0.61 at ``ob = 2`` (128->512 at 28x28, 256->64 at 56x56,
+    192->32 at 28x28, where the blocked kernel is faster) and 0.9 at ``ob = 3`` (144->24 at
+    56x56)."""
+    eff = EFFICIENCY["conv1x1"]
+    if 4 * g.C * tile_px > CONV1X1_L1_TILE:
+        eff = min(eff, 0.3 * ob)
     return seconds(2 * macs(g), target, eff, io_bytes(g))
 
 
