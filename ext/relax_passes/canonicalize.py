@@ -2,7 +2,8 @@
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), the two clips
 of an exported ReLU6 as one (``merge_clips``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
-linear layers undone (``unflatten_linear``), common-subexpression and dead-code elimination."""
+linear layers undone (``unflatten_linear``), common-subexpression elimination, bindings
+canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
 import tvm
@@ -27,5 +28,8 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         relax.transform.FoldConstant(),
         UnflattenLinear(),
         relax.transform.EliminateCommonSubexpr(),
+        # a batch norm left unfolded (DenseNet's norm -> relu -> conv) decomposes to
+        # ``(y, mean, var)[0]``: the tuple stopped FuseOps at the affine, so the relu ran alone
+        relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
     ], name="ext.Canonicalize")

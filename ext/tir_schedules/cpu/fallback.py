@@ -4,8 +4,9 @@ Stock TVM leaves CPU loops serial and scalar. For each block (after inlining
 injective producers into their consumers):
 
 * spatial-only blocks: when the innermost axis holds at least a vector,
-  split it into vectors (a predicated tail when ragged) and parallelize the
-  other loops fused with the vector loop; otherwise fuse the nest and vectorize
+  split it into vectors and parallelize the other loops fused with the vector
+  loop; a ragged axis (56, 28) runs its tail as a narrower vector loop of its
+  own (a predicated tail is scalarized by TVM) when enough rows lie outside it; otherwise fuse the nest and vectorize
   ``lanes`` elements of it when the innermost axis divides evenly; parallelize
   only when there is enough work;
 * reductions (``S..S R..R``): parallelize the fused spatial loops; when the
@@ -31,6 +32,9 @@ from ..common import unscheduled
 MIN_PARALLEL_WORK = 16384
 
 
+#: a ragged innermost axis gets a vector tail loop when the loops outside it hold this many rows
+#: (they alone are then parallel); fewer rows keep the predicated tail in the parallel loop
+RAGGED_MIN_ROWS = 64
 #: inlining copies a producer's expression into its consumers once per read; when the copies
 #: would print longer than this, the producer stays a block of its own. Chains that read a
 #: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
@@ -63,8 +67,19 @@ def _spatial(sch, loops, doms, lanes) -> None:
         work = work * d if isinstance(d, int) else work * 1024
     inner_dom = doms[-1]
     if isinstance(inner_dom, int) and inner_dom >= lanes:
-        # vectorize the innermost axis itself (a predicated tail when ragged): its indices stay
-        # affine in the lane, where a vector over the fused nest would need a // and % per lane
+        # vectorize the innermost axis itself: its indices stay affine in the lane, where a
+        # vector over the fused nest would need a // and % per lane
+        outer_work = work // inner_dom
+        if inner_dom % lanes and outer_work >= RAGGED_MIN_ROWS:
+            # a ragged row (56, 28...) as whole vectors plus a narrower vector: a predicated
+            # tail made TVM scalarize the whole loop (DenseNet's BN + ReLU at 56x56: 4x slower)
+            whole, tail = sch.loop_partition(loops[-1], [inner_dom // lanes * lanes, None])
+            _, vec = sch.split(whole, [None, lanes])
+            sch.vectorize(vec)
+            sch.vectorize(tail)
+            if work >= MIN_PARALLEL_WORK:
+                sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+            return
         io, vec = sch.split(loops[-1], [None, lanes])
         sch.vectorize(vec)
         if work >= MIN_PARALLEL_WORK:
