@@ -246,9 +246,11 @@ def onnxruntime_session(model, inputs: tuple, threads: int, input_names: list[st
 
 
 def onnxruntime_export(model, inputs: tuple, threads: int, input_names: list[str], *,
-                       output_names: list[str] | None = None, dynamic_axes: dict | None = None):
+                       output_names: list[str] | None = None, dynamic_axes: dict | None = None,
+                       profile_prefix: str | None = None):
     """``(session, seconds)``: ``model`` exported as :func:`onnxruntime_session` does, with
-    ``dynamic_axes`` (``{name: {axis: label}}``, e.g. a cache's past length) left open."""
+    ``dynamic_axes`` (``{name: {axis: label}}``, e.g. a cache's past length) left open;
+    ``profile_prefix``: onnxruntime's per-node profiling on, its JSON written there."""
     import onnxruntime as ort
     import torch
 
@@ -260,6 +262,36 @@ def onnxruntime_export(model, inputs: tuple, threads: int, input_names: list[str
                           output_names=output_names, dynamic_axes=dynamic_axes, dynamo=False)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    if profile_prefix:
+        so.enable_profiling, so.profile_file_prefix = True, profile_prefix
     t0 = time.perf_counter()
     sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
     return sess, time.perf_counter() - t0
+
+
+def onnxruntime_op_profile(model, inputs: tuple, threads: int, runs: int = 10) -> list[dict]:
+    """onnxruntime's own per-op-type time for ``model``: rows ``{"op", "nodes", "ms"}`` (ms per
+    run, after 3 warm-up runs), largest first; its profiler's JSON is removed."""
+    import json
+    import os
+    import tempfile
+    from collections import defaultdict
+
+    names = ["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))]
+    with tempfile.TemporaryDirectory() as tmp:
+        sess, _ = onnxruntime_export(model, inputs, threads, names, profile_prefix=os.path.join(tmp, "ort"))
+        feed = {n: t.numpy() for n, t in zip(names, inputs)}
+        for _ in range(3 + runs):
+            sess.run(None, feed)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    seen, ms, nodes = defaultdict(int), defaultdict(float), defaultdict(set)
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        seen[e["name"]] += 1
+        if seen[e["name"]] > 3:  # past the warm-up runs
+            op = e["args"]["op_name"]
+            ms[op] += e["dur"] / 1e3 / runs
+            nodes[op].add(e["name"])
+    return sorted(({"op": op, "nodes": len(nodes[op]), "ms": t} for op, t in ms.items()), key=lambda r: -r["ms"])

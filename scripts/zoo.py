@@ -15,6 +15,10 @@ all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ex
 
     python scripts/zoo.py --quick --rounds 0              # small configs, correctness only
     python scripts/zoo.py --models resnet50 bert_base --rounds 9 --json zoo.json --plot zoo.png
+    python scripts/zoo.py --models segformer_b0 --rounds 3 --profile 15   # where each spends its time
+
+``--profile N`` adds, per model, ext's per-kernel profile (``ext.profile``: the N slowest
+kernels and the time per candidate) and onnxruntime's per-op-type times from its own profiler.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ TOLERANCE = 1e-4
 # ----------------------------------------------------------------------------- one model (subprocess)
 
 
-def run_one(name: str, quick: bool, rounds: int) -> dict:
+def run_one(name: str, quick: bool, rounds: int, profile: int = 0) -> dict:
     """Import, build, check and time one model; errors become the row's ``error`` with its stage."""
     # build s is a compile time, not a cache hit; ext's async cache store also raced the VM (crashes)
     os.environ.setdefault("EXT_CACHE", "0")
@@ -95,9 +99,46 @@ def run_one(name: str, quick: bool, rounds: int) -> dict:
                 row[f"{label}_ms"], row[f"{label}_best_ms"] = r["median_s"] * 1e3, r["best_s"] * 1e3
             if reference == "onnxruntime":
                 row["ext_vs_ort"] = res["ext"]["ratio"]
+        if profile > 0:
+            stage = "profile"
+            row["profile"] = _profiles(vm, args, model, inputs, threads, "onnxruntime" in fns)
     except Exception as err:
         row["error"] = f"{stage}: {_one_line(err)}"
     return row
+
+
+def _profiles(vm, args, model, inputs, threads: int, with_ort: bool) -> dict:
+    """ext's per-kernel rows and per-candidate totals; onnxruntime's per-op-type rows."""
+    from collections import defaultdict
+
+    from ext.bench import onnxruntime_op_profile
+    from ext.profile import profile
+
+    rows = profile(vm, args, runs=10)
+    per_cand = defaultdict(float)
+    for r in rows:
+        per_cand[r["candidate"]] += r["ms"]
+    out = {"ext_kernels": rows, "ext_candidates": dict(sorted(per_cand.items(), key=lambda kv: -kv[1]))}
+    if with_ort:
+        out["ort_ops"] = onnxruntime_op_profile(model, inputs, threads)
+    return out
+
+
+def print_profile(row: dict, limit: int) -> None:
+    from ext.profile import format_rows
+
+    prof = row.get("profile")
+    if not prof:
+        return
+    ext_total = sum(r["ms"] for r in prof["ext_kernels"])
+    calls = sum(r["calls"] for r in prof["ext_kernels"])
+    print(f"\n### {row['model']}: ext {ext_total:.2f} ms in {calls:.0f} calls (instrumented)")
+    print(", ".join(f"{c} {ms:.2f}" for c, ms in prof["ext_candidates"].items()))
+    print(format_rows(prof["ext_kernels"], limit))
+    if prof.get("ort_ops"):
+        ort_total = sum(r["ms"] for r in prof["ort_ops"])
+        print(f"onnxruntime {ort_total:.2f} ms: " + ", ".join(
+            f"{r['op']} x{r['nodes']} {r['ms']:.2f}" for r in prof["ort_ops"][:limit]))
 
 
 def _one_line(err: BaseException, limit: int = 300) -> str:
@@ -113,7 +154,7 @@ def run_isolated(name: str, args) -> dict:
     """``run_one`` in a subprocess in its own process group, killed after ``args.timeout`` seconds."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--worker-out", out.name,
-               "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])
+               "--rounds", str(args.rounds), "--profile", str(args.profile)] + (["--quick"] if args.quick else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         try:
@@ -198,6 +239,8 @@ def main(argv=None) -> int:
     cli.common_args(ap, rounds=7, min_rounds=0, threads=True, plot=True, quick="small configs (the test suite's)",
                     rounds_help="interleaved timing rounds (0: correctness only)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model before it is killed")
+    ap.add_argument("--profile", type=cli.count(0), default=0, metavar="N",
+                    help="print each model's N slowest ext kernels and onnxruntime's per-op times (0: off)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -208,7 +251,7 @@ def main(argv=None) -> int:
         ap.error(f"--timeout must be > 0 seconds, got {args.timeout}")
 
     if args.worker:
-        row = run_one(args.worker, args.quick, args.rounds)
+        row = run_one(args.worker, args.quick, args.rounds, args.profile)
         with open(args.worker_out, "w") as f:
             json.dump(row, f)
         return 0
@@ -226,6 +269,8 @@ def main(argv=None) -> int:
         rows.append(row)
     print_table(rows)
     print(f"\n{summary(rows)}")
+    for row in rows:
+        print_profile(row, args.profile)
     if cli.write_json(args.json, {"quick": args.quick, "rounds": args.rounds, "threads": int(os.environ["TVM_NUM_THREADS"]),
                                   "tolerance": TOLERANCE, "rows": rows}):
         log(f"wrote {args.json}")

@@ -91,3 +91,19 @@ def test_mobilevitv2_patch_reshapes_equal_unfold_and_fold():
     expect = torch.nn.functional.unfold(x, kernel_size=(2, 3), stride=(2, 3)).reshape(2, 5, 6, -1)
     assert size == (6, 9) and torch.equal(patches, expect)
     assert torch.equal(layer.folding(patches, size), x)
+
+
+def test_zoo_script_profiles_ext_and_onnxruntime():
+    """``scripts/zoo.py --profile N``: per-kernel rows of ext and per-op rows of onnxruntime."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "zoo.py"), "--models", "squeezenet1_1",
+                          "--quick", "--rounds", "0", "--profile", "4"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert "### squeezenet1_1: ext" in text and "| kernel | candidate | calls | ms | share |" in text
+    assert "conv2d." in text  # the conv kernels are attributed to their candidates
+    assert "onnxruntime" in text and "Conv x" in text
