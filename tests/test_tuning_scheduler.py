@@ -186,6 +186,18 @@ def test_bisection_finds_the_choice_that_slows_the_model():
     assert find_slow_choices(["a"], fake_compare(noisy))[0] == {}
 
 
+def test_a_noisy_machine_keeps_no_choice_measured_slower():
+    """Rounds spread 0.9-1.4 (a slow spell): bisection's noise tolerance is large, but choices whose
+    model runs 1.08x at the median are not kept: the build falls back to the untuned one."""
+    f = {"a": 1.04, "b": 1.04}
+    spread = (0.9, 1.1, 1.0, 1.4, 0.95, 1.3, 1.05)
+    assert fake_compare(f, spread)(frozenset(f)).tol() > 0.08  # bisection alone would call it noise
+    dropped, whole, final, _ = find_slow_choices(list(f), fake_compare(f, spread))
+    assert whole.ratio > 1.02 and set(dropped) == {"a", "b"} and final is None
+    faster = {"a": 0.9, "b": 1.0}
+    assert find_slow_choices(list(faster), fake_compare(faster, spread))[0] == {}
+
+
 def test_end_to_end_check_drops_a_slow_choice_and_the_build_uses_the_default(tmp_path, cpu_target):
     from ext.tuning.history import History
 

@@ -9,9 +9,15 @@ interleaved rounds (order alternating each round; each round a short burst of
 calls, ``ext.bench.burst``); the ratio is the median of the per-round
 ``tuned / untuned`` times.
 
-"Slower beyond noise": the median ratio exceeds ``1 + tol``, where ``tol`` is
-the larger of ``min_tol`` (2%) and half the interquartile range of the per-round
-ratios (the spread this machine showed in that very comparison).
+Two thresholds. Keeping the tuned choices needs a median ratio of at most
+``1 + min_tol`` (2%), whatever the noise: on a noisy machine the check then
+falls back to the untuned build, which can lose a gain but never slow the
+model. Bisection, which looks for the culprits, calls a subset "slower beyond
+noise" when its median ratio exceeds ``1 + tol``, where ``tol`` is the larger of
+``min_tol`` and half the interquartile range of the per-round ratios (the
+spread this machine showed in that very comparison). (A 900 s ResNet-18 run
+in a slow spell of this VM kept choices at 1.09x, inside a 0.96-1.35 spread,
+before the strict rule.)
 
 When the tuned build is slower, bisection finds the culprits among the tasks
 whose tuned choice differs from the untuned one ("changed"): the set is split
@@ -79,7 +85,12 @@ class Comparison:
         return max(min_tol, (q3 - q1) / 2)
 
     def slower(self, min_tol: float = MIN_TOL) -> bool:
+        """Slower beyond this comparison's noise (bisection's test)."""
         return self.ratio > 1 + self.tol(min_tol)
+
+    def keepable(self, min_tol: float = MIN_TOL) -> bool:
+        """At most ``1 + min_tol`` the untuned time, noise or not (the test for keeping choices)."""
+        return self.ratio <= 1 + min_tol
 
     def describe(self, min_tol: float = MIN_TOL) -> str:
         r = self.ratios
@@ -102,7 +113,7 @@ def find_slow_choices(changed: list[str], compare: Callable[[frozenset], Compari
 
     dropped: dict[str, str] = {}
     whole = cmp(changed)
-    if not whole.slower(min_tol):
+    if whole.keepable(min_tol):
         return dropped, whole, None, count[0]
 
     def bisect(keys: list[str], c: Comparison) -> None:
@@ -125,7 +136,7 @@ def find_slow_choices(changed: list[str], compare: Callable[[frozenset], Compari
     bisect(list(changed), whole)
     kept = [k for k in changed if k not in dropped]
     final = cmp(kept) if kept else None
-    if final is not None and final.slower(min_tol):
+    if final is not None and not final.keepable(min_tol):
         for k in kept:
             dropped[k] = (f"end-to-end check: the {len(kept)} kept tuned choices together still ran "
                           f"{final.describe(min_tol)}")
