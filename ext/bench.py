@@ -232,6 +232,10 @@ def output_errors(got, ref) -> dict:
     return {"max_abs": float(diff.max()), "max_rel": float(diff.max() / max(np.abs(ref).max(), 1e-30))}
 
 
+def _onnx_input_names(n: int) -> list[str]:
+    return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
+
+
 def onnxruntime_session(model, inputs: tuple, threads: int, input_names: list[str] | None = None):
     """Export ``model`` to ONNX (TorchScript exporter, opset 17) and open an onnxruntime CPU session.
 
@@ -239,7 +243,7 @@ def onnxruntime_session(model, inputs: tuple, threads: int, input_names: list[st
     output as NumPy; ``seconds`` is the session creation time. ``input_names`` defaults to
     ``["x"]`` for one input and ``["x0", "x1", ...]`` otherwise.
     """
-    names = input_names or (["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))])
+    names = input_names or _onnx_input_names(len(inputs))
     sess, seconds = onnxruntime_export(model, inputs, threads, names)
     feed = {n: t.numpy() for n, t in zip(names, inputs)}
     return (lambda: sess.run(None, feed)[0]), seconds
@@ -277,7 +281,7 @@ def onnxruntime_op_profile(model, inputs: tuple, threads: int, runs: int = 10) -
     import tempfile
     from collections import defaultdict
 
-    names = ["x"] if len(inputs) == 1 else [f"x{i}" for i in range(len(inputs))]
+    names = _onnx_input_names(len(inputs))
     with tempfile.TemporaryDirectory() as tmp:
         sess, _ = onnxruntime_export(model, inputs, threads, names, profile_prefix=os.path.join(tmp, "ort"))
         feed = {n: t.numpy() for n, t in zip(names, inputs)}

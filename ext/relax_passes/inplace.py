@@ -193,7 +193,13 @@ class _Rewrite(PyExprMutator):
         super().__init__(mod)
         self.mod_ = mod
         self.made: dict = {}
+        self.reshapes: dict = {}  # kernel GlobalVar -> _is_reshape (it may build a schedule)
         self.rewritten = 0
+
+    def _reshape(self, gv) -> bool:
+        if gv not in self.reshapes:
+            self.reshapes[gv] = _is_reshape(self.mod_[gv])
+        return self.reshapes[gv]
 
     def _fresh(self, producer) -> bool:
         if not isinstance(producer, relax.Call):
@@ -202,8 +208,8 @@ class _Rewrite(PyExprMutator):
             return True  # only this pass makes them here, each over a tensor that died
         if not producer.op.same_as(_CALL_TIR):
             return False
-        callee = self.mod_[producer.args[0]]
-        return isinstance(callee, tirx.PrimFunc) and not _is_reshape(callee)
+        gv = producer.args[0]
+        return isinstance(self.mod_[gv], tirx.PrimFunc) and not self._reshape(gv)
 
     def rewrite_block(self, block, uses, producers):
         out = []
@@ -231,7 +237,7 @@ class _Rewrite(PyExprMutator):
         func = self.mod_[gv]
         if not isinstance(func, tirx.PrimFunc) or len(func.params) != len(args) + 1:
             return None
-        reshape = _is_reshape(func)
+        reshape = self._reshape(gv)
         for i, x in enumerate(args):
             if not isinstance(x, relax.DataflowVar) or uses[x] != 1 or not self._fresh(producers.get(x)):
                 continue

@@ -6,9 +6,9 @@ injective producers into their consumers):
 * spatial-only blocks: when the innermost axis holds at least a vector,
   split it into vectors and parallelize the other loops fused with the vector
   loop; a ragged axis (56, 28) runs its tail as a narrower vector loop of its
-  own (a predicated tail is scalarized by TVM) when enough rows lie outside it; otherwise fuse the nest and vectorize
-  ``lanes`` elements of it when the innermost axis divides evenly; parallelize
-  only when there is enough work;
+  own (a predicated tail is scalarized by TVM) when enough rows lie outside
+  it; otherwise fuse the nest and vectorize ``lanes`` elements of it when the
+  innermost axis divides evenly; parallelize only when there is enough work;
 * reductions (``S..S R..R``): parallelize the fused spatial loops; when the
   innermost reduction is over a contiguous axis, leave it serial (LLVM
   vectorizes simple sums poorly without rfactor: the norm/reduce candidates
@@ -35,6 +35,7 @@ MIN_PARALLEL_WORK = 16384
 #: a ragged innermost axis gets a vector tail loop when the loops outside it hold this many rows
 #: (they alone are then parallel); fewer rows keep the predicated tail in the parallel loop
 RAGGED_MIN_ROWS = 64
+
 #: inlining copies a producer's expression into its consumers once per read; when the copies
 #: would print longer than this, the producer stays a block of its own. Chains that read a
 #: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
