@@ -26,6 +26,8 @@ SHAPES = [
     (1, 5, 11, 17, 5, 7, 1, 3, 1, 5),      # depthwise 7x7
     (1, 9, 13, 12, 9, 3, 1, 2, 2, 9),      # depthwise dilation 2
     (1, 3, 10, 9, 6, 3, 3, 1, 1, 3),       # depthwise stride 3 (three column phases), multiplier 2
+    (1, 8, 9, 40, 8, 3, 2, (0, 0, 1, 1), 1, 8),  # depthwise stride 2, pad right/bottom only (TF SAME), wide row
+    (1, 4, 6, 33, 4, 3, 2, 0, 1, 4),       # depthwise stride 2 unpadded, odd width: the last column phase ends the row
     (1, 13, 5, 7, 29, 1, 1, 0, 1, 1),      # 1x1
     (1, 24, 17, 17, 40, 1, 2, 0, 1, 1),    # 1x1 stride 2 (ResNet downsample)
     (2, 20, 6, 6, 18, 1, 1, 0, 1, 1),      # 1x1 batch 2
@@ -54,7 +56,7 @@ def test_candidate_matches_numpy(cpu_target, name, shape):
     verdict = cand.applies(wl, cpu_target)
     if not verdict:
         pytest.skip(f"{name} declines: {verdict.reason}")
-    xs = random_inputs(wl, seed=sum(shape))
+    xs = random_inputs(wl, seed=sum(v if isinstance(v, int) else sum(v) for v in shape))
     out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
     tol = conv_tol(wl)
     if name == "conv2d.winograd":

@@ -63,7 +63,7 @@ def _dw_build(wl, cfg: RowConfig, target):
     _, _, D = cv.depthwise_nchw(X, Wt, g, ow_pad=cfg.reg_n, oh_pad=cfg.rows, epilogue=wl.epilogue,
                                 extras=extras, out_dtype=wl.out_dtype)
     sch = create_schedule([X, Wt, *extras, D])
-    sched.schedule_depthwise(sch, cfg, lanes(target))
+    sched.schedule_depthwise(sch, cfg, lanes(target), cv.phase_interior(g))
     return finish(sch, "conv2d.depthwise")
 
 

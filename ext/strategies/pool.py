@@ -11,7 +11,7 @@ from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise
 from ..topi_kernels import pool
-from ..topi_kernels.conv2d import ConvGeom
+from ..topi_kernels.conv2d import ConvGeom, phase_interior
 from .conv2d import placeholders
 from .conv2d_rows import dw_default, dw_space
 from .registry import PLEVEL, Candidate, register
@@ -56,7 +56,7 @@ def _build(wl, cfg: RowConfig, target):
     _, _, D = pool.pool2d_nchw(X, g, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
                                ow_pad=cfg.reg_n, oh_pad=cfg.rows)
     sch = create_schedule([X, D])
-    schedule_depthwise(sch, cfg, cpu_info(target).lanes_f32)
+    schedule_depthwise(sch, cfg, cpu_info(target).lanes_f32, phase_interior(g))
     return finish(sch, "pool2d.rows")
 
 

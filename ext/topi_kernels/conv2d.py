@@ -237,6 +237,15 @@ def phase_planes(X: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1,
     return P, tap
 
 
+def phase_interior(g: ConvGeom) -> tuple[int, int, int]:
+    """``(lo, hi, sw)``: the columns ``lo <= q < hi`` of ``phase_planes``' ``P`` whose ``sw``
+    phases (``w = q*sw + ph - left``, ``0 <= ph < sw``) all lie inside the image."""
+    sw, left = g.stride[1], g.pad[1]
+    lo = -(-left // sw)
+    hi = (g.W + left - sw) // sw + 1
+    return lo, max(lo, hi), sw
+
+
 def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1, epilogue=(),
                    extras=(), out_dtype="float32"):
     """Depthwise (``groups == C``, multiplier ``O // C``)::
