@@ -169,8 +169,20 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
                       * Wp[ob, rc, kh, kw, ri, oi].astype(out_dtype), axis=[rc, kh, kw, ri])
 
     C = te.compute((dim(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")
+    # per-channel steps (bias, SE scale, activations) on the channel-vector tiles, before the
+    # unpack: along ``oi`` they vectorize (the unpack's rows of OW columns often do not, and a
+    # scalar GELU/SiLU there cost as much as the conv); a residual is read in the unpack
+    pre, pre_extras, post, post_extras = ep.split_per_channel(epilogue, extras)
+    src = C
+    if pre:
+        def tile(n, ob, oh, ow, oi):
+            o = ob * ocb + oi
+            o = te.min(o, _i64(g.O - 1)) if OB * ocb > g.O else o  # padded channels read a real one
+            return ep.apply(C[n, ob, oh, ow, oi], (n, o, oh, ow), pre, pre_extras)
+
+        src = te.compute(C.shape, tile, name="E")
     D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O, g.OH, g.OW)),
-                        lambda n, o, oh, ow: C[n, o // ocb, oh, ow, o % ocb], epilogue, extras, out_dtype)
+                        lambda n, o, oh, ow: src[n, o // ocb, oh, ow, o % ocb], post, post_extras, out_dtype)
     return P, C, D
 
 

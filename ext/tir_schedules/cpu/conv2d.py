@@ -63,6 +63,11 @@ def _try(fn, *args) -> bool:
     return try_step(lambda: (fn(*args), True)[1]) is True
 
 
+def _try_get(sch, name: str):
+    """The block ``name``, or None when the compute has none."""
+    return try_step(sch.get_sblock, name)
+
+
 def _vectorize_split(sch, loop, lanes: int) -> None:
     """Vectorize ``loop`` in ``lanes``-wide pieces when it divides, else leave it."""
     n = extent(sch, loop)
@@ -105,6 +110,9 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
     sch.parallel(row)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
+    e = _try_get(sch, "E")
+    if e is not None:  # per-channel epilogue steps applied as the register tile is written back
+        sch.reverse_compute_inline(e)
     _vectorize_split(sch, sch.get_loops(cw)[-1], lanes)
     sch.unroll(owi)
     for v in vecs:
