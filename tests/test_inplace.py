@@ -148,3 +148,26 @@ def test_inplace_over_second_input_when_both_inputs_share_a_name():
     ex = ext.build(bb.get(), ext.target.cpu(), cache=False, verbose=False)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.array([[0.27]], "float32"))).numpy()
     np.testing.assert_allclose(got, [[1.27]], rtol=1e-6)
+
+
+def scores_softmax(bb, x, y):
+    """Attention-like: a fresh (8, 64, 1024) tensor seen through a reshape dies at a softmax."""
+    s = bb.emit(relax.op.reshape(relax.op.multiply(relax.op.matmul(x, relax.op.permute_dims(y)),
+                                                   relax.const(0.03)), (8, 64, 512)))
+    p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+    return bb.emit(relax.op.add(p, relax.const(1.0)))
+
+
+def test_row_kernel_runs_in_place_over_a_dying_view(cpu_target, monkeypatch):
+    """softmax.rowwise declares its rows safe to overwrite (ROW_INPLACE); its input, a reshape
+    of a fresh matmul output used nowhere else, is overwritten: one buffer fewer, same values."""
+    mod = _module(scores_softmax)
+    with_ip = _lowered_main(mod, cpu_target, True, monkeypatch)
+    without = _lowered_main(mod, cpu_target, False, monkeypatch)
+    assert re.search(r"softmax_\w*inplace", with_ip), with_ip
+    assert plan(with_ip)[1] < plan(without)[1], (plan(with_ip), plan(without))
+    xs = _inputs()
+    s = (xs[0].astype(np.float64) @ xs[1].T.astype(np.float64) * 0.03).reshape(8, 64, 512)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    assert_close(run_relax(ext.build(mod, cpu_target), *xs), e / e.sum(axis=-1, keepdims=True) + 1.0,
+                 rtol=1e-5, atol=1e-6)

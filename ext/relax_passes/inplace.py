@@ -44,6 +44,13 @@ from tvm.sym import Analyzer  # tvm.arith in older TVM
 from ..tir_schedules.common import unscheduled
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+_RESHAPE = tvm.ir.Op.get("relax.reshape")
+
+#: PrimFunc attribute of a scheduled kernel: the input indices its output may overwrite. Declared
+#: by row kernels (softmax) that read a whole row of the input before writing that row and no
+#: other: over a dying input they run in place, one buffer fewer (and no write-allocate misses:
+#: Whisper's 54 MB attention softmax 9.2 -> 6.1 ms)
+ROW_INPLACE = "ext.row_inplace"
 _CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
 
 
@@ -102,7 +109,12 @@ def _same_element(a, b, analyzer) -> bool:
 def inplace_kernel(func, index: int):
     """``func`` (inputs..., output) rewritten to write its output over input ``index``, or None."""
     if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
-        return None
+        # a candidate's kernel: in place only where its author declared it safe (ROW_INPLACE)
+        rows = func.attrs.get(ROW_INPLACE, None)
+        x_buf, out_buf = func.params[index], func.params[-1]
+        if rows is None or index not in [int(i) for i in rows] or not _same_buffer_type(x_buf, out_buf):
+            return None
+        return _alias_output(func, index)
     found = _inline_all(func)
     if found is None:
         return None
@@ -169,6 +181,11 @@ def _is_reshape(func) -> bool:
     return inlined is not None and relax.analysis.has_reshape_pattern(inlined[0].mod["main"])
 
 
+def _same_buffer_type(a, b) -> bool:
+    return str(a.ty.dtype) == str(b.ty.dtype) and \
+        math.prod(int(d) for d in a.ty.shape) == math.prod(int(d) for d in b.ty.shape)
+
+
 def _same_shape(a, b) -> bool:
     return [int(d) for d in a.shape] == [int(d) for d in b.shape]
 
@@ -211,6 +228,20 @@ class _Rewrite(PyExprMutator):
         gv = producer.args[0]
         return isinstance(self.mod_[gv], tirx.PrimFunc) and not self._reshape(gv)
 
+    def _view_of_fresh(self, x, uses, producers) -> bool:
+        """``x`` a reshape (a view at run time) of a fresh tensor used only by that reshape."""
+        p = producers.get(x)
+        if not isinstance(p, relax.Call):
+            return False
+        if p.op.same_as(_RESHAPE):
+            y = p.args[0]
+        elif p.op.same_as(_CALL_TIR) and len(p.args[1].fields) == 1 and self._reshape(p.args[0]):
+            y = p.args[1].fields[0]
+        else:
+            return False
+        return isinstance(y, relax.DataflowVar) and uses[y] == 1 and \
+            (self._fresh(producers.get(y)) or self._view_of_fresh(y, uses, producers))
+
     def rewrite_block(self, block, uses, producers):
         out = []
         for b in block.bindings:
@@ -239,7 +270,9 @@ class _Rewrite(PyExprMutator):
             return None
         reshape = self._reshape(gv)
         for i, x in enumerate(args):
-            if not isinstance(x, relax.DataflowVar) or uses[x] != 1 or not self._fresh(producers.get(x)):
+            if not isinstance(x, relax.DataflowVar) or uses[x] != 1:
+                continue
+            if not (self._fresh(producers.get(x)) or self._view_of_fresh(x, uses, producers)):
                 continue
             if reshape and len(args) == 1:  # a copy into a new shape of a dying tensor: a view
                 self.rewritten += 1

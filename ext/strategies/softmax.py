@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tvm import te
 
+from ..relax_passes.inplace import ROW_INPLACE
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import softmax as sched
@@ -55,7 +56,8 @@ def _builder(schedule, name, vector_rows: bool = False):
         Y = sm.softmax_rows(X, rows, n, wl.out_dtype, pad_to=pad)
         sch = create_schedule([X, Y])
         schedule(sch, cfg)
-        return finish(sch, name)
+        # each row is read whole (max, exp) before that row is written: safe over a dying input
+        return finish(sch, name).with_attr(ROW_INPLACE, [0])
 
     return build
 

@@ -155,7 +155,7 @@ def softmax_cols(X: te.Tensor, lanes: int, out_dtype: str = "float32") -> te.Ten
 
     Mv, Mt = halves("max", lambda r, k: X[r, k], te.max)
     M = te.compute((rows,), lambda r: te.max(Mv[r], Mt[r]), name="max")
-    E = te.compute((rows, n), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
+    E = te.compute((rows, n), lambda r, j: ew.exp(X[r, j] - M[r], nonpositive=True), name="exp")
     Sv, St = halves("sum", lambda r, k: E[r, k], te.sum)
     one = tirx.const(1.0, X.dtype)
     inv = te.compute((rows,), lambda r: one / (Sv[r] + St[r]), name="inv")

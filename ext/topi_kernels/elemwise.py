@@ -94,8 +94,10 @@ def _let(name: str, dtype: str, value, body):
     return tirx.Let(v, value, body(v))
 
 
-def exp(x):
-    """float32 ``exp(x)`` from multiply-adds (see module doc)."""
+def exp(x, nonpositive: bool = False):
+    """float32 ``exp(x)`` from multiply-adds (see module doc). ``nonpositive``: the caller
+    guarantees ``x <= 0`` or NaN (softmax's ``x - max``), so no overflow clamp and one
+    power-of-two scale instead of two (5 of ~22 vector ops fewer per element)."""
 
     def reduced(xc):
         def with_n(n):
@@ -107,8 +109,9 @@ def exp(x):
 
             def scaled(ni):
                 half = tirx.shift_right(ni, tirx.const(1, "int32"))
-                return _let("r", "float32", xc - n * _c(LN2_HI) - n * _c(LN2_LO),
-                            lambda r: poly(r) * _pow2(half) * _pow2(ni - half))
+                scale = (lambda p: p * _pow2(ni)) if nonpositive else \
+                    (lambda p: p * _pow2(half) * _pow2(ni - half))  # n up to 128: two halves
+                return _let("r", "float32", xc - n * _c(LN2_HI) - n * _c(LN2_LO), lambda r: scale(poly(r)))
 
             return _let("ni", "int32", n.astype("int32"), scaled)
 
@@ -119,7 +122,8 @@ def exp(x):
         # Below ln(FLT_MIN) the result would be subnormal: 0 instead (flush to zero). Subnormal
         # operands cost ~100 cycles each on x86, and a masked softmax row (-3.4e38 where the
         # causal mask blocks) made exp and the row sum 4x slower
-        body = _let("xc", "float32", te.max(te.min(xn, _c(89.0)), _c(EXP_MIN)), reduced)
+        low = te.max(xn, _c(EXP_MIN))
+        body = _let("xc", "float32", low if nonpositive else te.min(low, _c(89.0)), reduced)
         return tirx.Select(isnan(xn), xn, tirx.Select(xn < _c(EXP_MIN), _c(0.0), body))
 
     return _let("xn", "float32", x, clamped)

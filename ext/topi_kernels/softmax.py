@@ -44,7 +44,7 @@ def softmax_rows(X: te.Tensor, rows: int, n: int, out_dtype: str = "float32", pa
     k = te.reduce_axis((_i64(0), _i64(npad)), name="k")
     x_at = padded(lambda r, kk: X[r, kk], tirx.min_value(X.dtype))
     M = te.compute((dim(rows),), lambda r: te.max(x_at(r, k), axis=k), name="max")
-    E = te.compute((dim(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r]), name="exp")
+    E = te.compute((dim(rows), _i64(n)), lambda r, j: ew.exp(X[r, j] - M[r], nonpositive=True), name="exp")
     k2 = te.reduce_axis((_i64(0), _i64(npad)), name="k2")
     e_at = padded(lambda r, kk: E[r, kk], tirx.const(0.0, X.dtype))
     S = te.compute((dim(rows),), lambda r: te.sum(e_at(r, k2), axis=k2), name="sum")
