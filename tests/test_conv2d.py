@@ -40,6 +40,11 @@ SHAPES = [
 ]
 
 
+def shape_seed(shape) -> int:
+    """A seed per SHAPES row (a padding may be a 4-tuple)."""
+    return sum(v if isinstance(v, int) else sum(v) for v in shape)
+
+
 def _id(s):
     return "n{}c{}h{}w{}o{}k{}s{}p{}d{}g{}".format(*s)
 
@@ -56,7 +61,7 @@ def test_candidate_matches_numpy(cpu_target, name, shape):
     verdict = cand.applies(wl, cpu_target)
     if not verdict:
         pytest.skip(f"{name} declines: {verdict.reason}")
-    xs = random_inputs(wl, seed=sum(v if isinstance(v, int) else sum(v) for v in shape))
+    xs = random_inputs(wl, seed=shape_seed(shape))
     out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
     tol = conv_tol(wl)
     if name == "conv2d.winograd":
