@@ -33,7 +33,7 @@ import dataclasses
 
 from tvm import s_tir
 
-from ..common import extent
+from ..common import extent, has_block
 from ..common import try_step
 
 
@@ -61,11 +61,6 @@ class RowConfig:
 def _try(fn, *args) -> bool:
     """Whether the schedule step ``fn(*args)`` went through (a rejected one is skipped)."""
     return try_step(lambda: (fn(*args), True)[1]) is True
-
-
-def _try_get(sch, name: str):
-    """The block ``name``, or None when the compute has none."""
-    return try_step(sch.get_sblock, name)
 
 
 def _vectorize_split(sch, loop, lanes: int) -> None:
@@ -110,9 +105,8 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
     sch.parallel(row)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
-    e = _try_get(sch, "E")
-    if e is not None:  # per-channel epilogue steps applied as the register tile is written back
-        sch.reverse_compute_inline(e)
+    if has_block(sch, "E"):  # per-channel epilogue steps applied as the register tile is written back
+        sch.reverse_compute_inline(sch.get_sblock("E"))
     _vectorize_split(sch, sch.get_loops(cw)[-1], lanes)
     sch.unroll(owi)
     for v in vecs:
@@ -129,7 +123,7 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
 PLANE_BYTES = 32 << 10
 
 
-def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior=None) -> None:
+def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior: tuple) -> None:
     """Blocks ``P`` (phase-split padded plane), ``C`` (over padded rows and width), ``D``.
 
     One thread takes a whole (n, o) plane: it pads its own input plane into ``P``
@@ -153,7 +147,7 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
     _, _, hp, phases, q = (int(d) for d in sch.get(p).writes[0].source.shape)
     # a plane's pad that outgrows L1 is written per row block (overlapping rows written twice)
     sch.compute_at(p, ohb if hp * phases * q * 4 > PLANE_BYTES else plane)
-    schedule_phase_pack(sch, p, lanes, interior)
+    schedule_phase_pack(sch, p, interior)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
     vw = vector_width(cfg.reg_n, lanes)
@@ -175,33 +169,24 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
     sch.decompose_reduction(c, kh)
 
 
-def schedule_phase_pack(sch: s_tir.Schedule, p, lanes: int, interior=None) -> None:
+def schedule_phase_pack(sch: s_tir.Schedule, p, interior: tuple) -> None:
     """The phase-split pad ``P[hp, ph, q] = Xpad[hp, q*sw + ph]`` (loops ``hp, ph, q``).
 
-    Without ``interior`` the column loop is vectorized as it is: every lane's read is clamped
-    into the image, so TVM loads lane by lane. With ``interior = (lo, hi, sw)`` (the columns
-    ``q`` whose ``sw`` phases all lie inside the image) the column loop is cut into border,
-    interior and border pieces: in the interior the clamps and the bounds test simplify away,
-    the phases run innermost (unrolled), and LLVM's loop vectorizer turns the ``sw``
-    interleaved reads into whole-vector loads and shuffles (stride-2 depthwise 144x56x56:
-    0.12 -> 0.05 ms). TVM's own vectorizer would load a stride-2 ramp lane by lane."""
+    ``interior = (lo, hi, sw)``: the columns ``q`` whose ``sw`` phases all lie inside the image
+    (``topi_kernels.conv2d.phase_interior``). The column loop is cut into border, interior and
+    border pieces: in the interior the clamps and the bounds test simplify away, the phases run
+    innermost (unrolled), and LLVM's loop vectorizer turns the ``sw`` interleaved reads into
+    whole-vector loads and shuffles (stride-2 depthwise 144x56x56: 0.12 -> 0.05 ms). TVM's own
+    vectorizer would load a clamped or stride-2 ramp lane by lane."""
     ph, q = sch.get_loops(p)[-2:]
-    if interior is None:
-        _vectorize_widest(sch, q, lanes)
-        return
     lo, hi, sw = interior
     if sw > 1:
         sch.reorder(q, ph)
         sch.unroll(ph)
     n = extent(sch, q)
-    hi = min(hi, n)
-    pieces = [v for v in (lo, hi - lo) if v > 0]
-    if hi - lo > 0 and sum(pieces) < n:
-        pieces.append(None)
-    elif pieces and sum(pieces) == n:
-        pieces[-1] = None
-    if len(pieces) > 1:
-        sch.loop_partition(q, pieces)
+    cuts = [c for c in (lo, min(hi, n)) if 0 < c < n]
+    if cuts and min(hi, n) > lo:  # a row too narrow for an interior stays one loop
+        sch.loop_partition(q, [cuts[0]] + [b - a for a, b in zip(cuts, cuts[1:])] + [None])
 
 
 @dataclasses.dataclass(frozen=True)
