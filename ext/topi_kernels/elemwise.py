@@ -131,7 +131,8 @@ def exp(x, nonpositive: bool = False):
 
 def relu(x):
     """``max(x, 0)`` that keeps NaN (``torch.relu(nan) = nan``)."""
-    return tirx.Select(x < tirx.const(0.0, dtype_of(x)), tirx.const(0.0, dtype_of(x)), x)
+    dt = dtype_of(x)
+    return _let("xr", dt, x, lambda v: tirx.Select(v < tirx.const(0.0, dt), tirx.const(0.0, dt), v))
 
 
 def dtype_of(x) -> str:
@@ -228,7 +229,7 @@ ACTIVATIONS = {
     "relu": relu,
     "sigmoid": sigmoid,
     "tanh": tanh,
-    "silu": lambda x: x * sigmoid(x),
+    "silu": lambda x: _let("xs", "float32", x, lambda v: v * sigmoid(v)),
     "gelu": gelu,
     "gelu_tanh": gelu_tanh,
     "hardswish": hardswish,

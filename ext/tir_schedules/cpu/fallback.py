@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 
 import tvm
+import tvm_ffi
 from tvm import s_tir
+from tvm.ir.expr import Expr
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 from ..common import try_step as _try
@@ -42,6 +44,53 @@ RAGGED_MIN_ROWS = 64
 #: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar)
 MAX_INLINED_CHARS = 6000
 
+#: inlining a chain of selects (relu, clip, the NaN and range tests of exp) nests them: LLVM
+#: codegen binds every let to its value in TVM's simplifier, which then re-simplifies each
+#: select's condition with the whole chain substituted, about 3x the work per nesting level
+#: (8 chained relus built in 7 s, 10 in minutes). A producer whose inlining would nest more
+#: selects than this stays a block of its own (one more pass over memory, a quick build).
+MAX_SELECT_DEPTH = 6
+
+_CHILDREN = ("a", "b", "value", "condition", "true_value", "false_value", "body", "args", "indices", "base", "stride")
+
+
+def select_depth(expr) -> int:
+    """The most selects nested along one path of ``expr``, a let's variable counting as the
+    selects of its value (as TVM's simplifier sees it once the let is bound)."""
+    memo: dict[int, int] = {}
+    bound: dict[int, int] = {}
+
+    def visit(e) -> int:
+        key = e.__chandle__() if hasattr(e, "__chandle__") else id(e)
+        if key in memo:
+            return memo[key]
+        if isinstance(e, tvm.tirx.Var):
+            return bound.get(key, 0)
+        if isinstance(e, tvm.tirx.Let):
+            bound[e.var.__chandle__()] = visit(e.value)
+        depth = 0
+        for name in _CHILDREN:
+            child = getattr(e, name, None)
+            if isinstance(child, Expr):
+                depth = max(depth, visit(child))
+            elif isinstance(child, (list, tvm_ffi.Array)):
+                depth = max([depth] + [visit(c) for c in child if isinstance(c, Expr)])
+        memo[key] = depth + isinstance(e, tvm.tirx.Select)
+        return memo[key]
+
+    return visit(expr)
+
+
+def _store_depth(block) -> int:
+    body = block.body
+    return select_depth(body.value) if isinstance(body, tvm.tirx.BufferStore) else 0
+
+
+def _nests_too_deep(sch: s_tir.Schedule, block_rv) -> bool:
+    """Would inlining ``block_rv`` nest more than ``MAX_SELECT_DEPTH`` selects in a consumer?"""
+    own = _store_depth(sch.get(block_rv))
+    return own > 0 and any(own + _store_depth(sch.get(c)) > MAX_SELECT_DEPTH for c in sch.get_consumers(block_rv))
+
 
 def _reads(stmt, buffer_name: str) -> int:
     return len(re.findall(rf"(?<![\w.]){re.escape(buffer_name)}\[", str(stmt)))
@@ -58,7 +107,8 @@ def _copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
 def _inline_injective(sch: s_tir.Schedule) -> None:
     infos = normalize_prim_func(sch) or []
     for info in infos[:-1]:  # the last block writes the output
-        if info.is_injective() and not _copies_big_expression(sch, info.block_rv):
+        if info.is_injective() and not _copies_big_expression(sch, info.block_rv) \
+                and not _nests_too_deep(sch, info.block_rv):
             _try(sch.compute_inline, info.block_rv)
 
 
