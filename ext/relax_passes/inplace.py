@@ -20,7 +20,7 @@ A call ``y = call_tir(f, (..., x, ...))`` is rewritten, overwriting ``x``, when
 * ``x`` has ``y``'s dtype and number of elements (a reshape fused into the
   kernel is fine: both are dense row-major buffers);
 * ``f`` is unscheduled and, once its injective blocks are inlined, is one
-  spatial block writing one element of ``y`` per iteration and reading ``x``
+  spatial block nesting at most ``MAX_SELECT_DEPTH`` selects writing one element of ``y`` per iteration and reading ``x``
   only at the same memory offset (proved on the block's read/write regions),
   so every element is read before it is overwritten, by the same iteration.
 
@@ -41,7 +41,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym import Analyzer  # tvm.arith in older TVM
-from ..tir_schedules.common import unscheduled
+from ..tir_schedules.common import MAX_SELECT_DEPTH, select_depth, unscheduled
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
@@ -124,6 +124,8 @@ def inplace_kernel(func, index: int):
     ivars = list(block.iter_vars)
     if any(int(v.iter_type) != 0 for v in ivars) or len(block.writes) != 1:
         return None
+    if isinstance(block.body, tirx.BufferStore) and select_depth(block.body.value) > MAX_SELECT_DEPTH:
+        return None  # one block would build for minutes: the fallback splits it (MAX_SELECT_DEPTH)
     if not _same_buffer_type(x_buf, out_buf):
         return None
     analyzer = Analyzer()

@@ -1,7 +1,9 @@
 """Schedule helpers shared by every target's schedules."""
 from __future__ import annotations
 
-from tvm import s_tir, te
+import tvm_ffi
+from tvm import s_tir, te, tirx
+from tvm.ir.expr import Expr
 
 
 def create_schedule(tensors: list[te.Tensor]) -> s_tir.Schedule:
@@ -59,6 +61,44 @@ def param_shape(func, index: int) -> tuple[int, ...]:
 
 def param_dtype(func, index: int) -> str:
     return str(func.params[index].ty.dtype)
+
+
+#: inlining a chain of selects (relu, clip, the NaN and range tests of exp) nests them: LLVM
+#: codegen binds every let to its value in TVM's simplifier, which then re-simplifies each
+#: select's condition with the whole chain substituted, about 3x the work per nesting level
+#: (8 chained relus built in 7 s, 10 in minutes). Schedules that inline element-wise
+#: chains keep a producer as a block of its own (one more pass over memory, a quick build)
+#: where inlining it would nest more selects than this.
+MAX_SELECT_DEPTH = 6
+
+_CHILDREN = ("a", "b", "value", "condition", "true_value", "false_value", "body", "args", "indices", "base", "stride")
+
+
+def select_depth(expr) -> int:
+    """The most selects nested along one path of ``expr``, a let's variable counting as the
+    selects of its value (as TVM's simplifier sees it once the let is bound)."""
+    memo: dict[int, int] = {}
+    bound: dict[int, int] = {}
+
+    def visit(e) -> int:
+        key = e.__chandle__() if hasattr(e, "__chandle__") else id(e)
+        if key in memo:
+            return memo[key]
+        if isinstance(e, tirx.Var):
+            return bound.get(key, 0)
+        if isinstance(e, tirx.Let):
+            bound[e.var.__chandle__()] = visit(e.value)
+        depth = 0
+        for name in _CHILDREN:
+            child = getattr(e, name, None)
+            if isinstance(child, Expr):
+                depth = max(depth, visit(child))
+            elif isinstance(child, (list, tvm_ffi.Array)):
+                depth = max([depth] + [visit(c) for c in child if isinstance(c, Expr)])
+        memo[key] = depth + isinstance(e, tirx.Select)
+        return memo[key]
+
+    return visit(expr)
 
 
 # -- GPU helpers (shared by every family's cuda/ schedules) ------------------------------------

@@ -22,11 +22,10 @@ from __future__ import annotations
 import re
 
 import tvm
-import tvm_ffi
 from tvm import s_tir
-from tvm.ir.expr import Expr
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
+from ..common import MAX_SELECT_DEPTH, select_depth
 from ..common import try_step as _try
 from ..common import unscheduled
 
@@ -43,43 +42,6 @@ RAGGED_MIN_ROWS = 64
 #: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
 #: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar)
 MAX_INLINED_CHARS = 6000
-
-#: inlining a chain of selects (relu, clip, the NaN and range tests of exp) nests them: LLVM
-#: codegen binds every let to its value in TVM's simplifier, which then re-simplifies each
-#: select's condition with the whole chain substituted, about 3x the work per nesting level
-#: (8 chained relus built in 7 s, 10 in minutes). A producer whose inlining would nest more
-#: selects than this stays a block of its own (one more pass over memory, a quick build).
-MAX_SELECT_DEPTH = 6
-
-_CHILDREN = ("a", "b", "value", "condition", "true_value", "false_value", "body", "args", "indices", "base", "stride")
-
-
-def select_depth(expr) -> int:
-    """The most selects nested along one path of ``expr``, a let's variable counting as the
-    selects of its value (as TVM's simplifier sees it once the let is bound)."""
-    memo: dict[int, int] = {}
-    bound: dict[int, int] = {}
-
-    def visit(e) -> int:
-        key = e.__chandle__() if hasattr(e, "__chandle__") else id(e)
-        if key in memo:
-            return memo[key]
-        if isinstance(e, tvm.tirx.Var):
-            return bound.get(key, 0)
-        if isinstance(e, tvm.tirx.Let):
-            bound[e.var.__chandle__()] = visit(e.value)
-        depth = 0
-        for name in _CHILDREN:
-            child = getattr(e, name, None)
-            if isinstance(child, Expr):
-                depth = max(depth, visit(child))
-            elif isinstance(child, (list, tvm_ffi.Array)):
-                depth = max([depth] + [visit(c) for c in child if isinstance(c, Expr)])
-        memo[key] = depth + isinstance(e, tvm.tirx.Select)
-        return memo[key]
-
-    return visit(expr)
-
 
 def _store_depth(block) -> int:
     body = block.body
