@@ -36,7 +36,8 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     Parameters
     ----------
     module : the ``torch.nn.Module``.
-    example_inputs : tuple of example tensors (their shapes become the static input shapes).
+    example_inputs : tuple (or list) of example tensors, or one tensor (their shapes become the
+        static input shapes).
     keep_params_as_input : keep the weights as parameters of ``main`` after the inputs (attr
         ``num_input``) instead of constants: every ``nn.Parameter`` and every floating-point
         buffer (batch-norm running statistics), so a new checkpoint replaces all of them.
@@ -50,6 +51,8 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
+    if isinstance(example_inputs, list):  # a list of tensors, as zoo_model returns: the inputs
+        example_inputs = tuple(example_inputs)
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     if keep_params_as_input:

@@ -71,3 +71,16 @@ def test_unsupported_onnx_operator_is_named():
 def test_unknown_builtin_model_is_named():
     with pytest.raises(ValueError, match="unknown model 'vgg'"):
         torch_model("vgg")
+
+
+@pytest.mark.parametrize("wrap", [list, tuple])
+def test_inputs_as_list_or_tuple_are_the_model_inputs(cpu_target, wrap):
+    """A list of example tensors is the model's inputs (as a tuple), not one list argument."""
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x @ y)
+
+    x, y = torch.randn(3, 5), torch.randn(5, 7)
+    mod = from_torch(Two(), wrap([x, y]))
+    got = run_relax(ext.build(mod, cpu_target), x.numpy(), y.numpy())
+    assert_close(got, torch.relu(x @ y).numpy(), rtol=1e-5, atol=1e-6)
