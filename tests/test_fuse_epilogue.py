@@ -183,3 +183,17 @@ def test_gelu_written_out_becomes_the_gelu_tanh_epilogue():
         ref = Net()(x).numpy()
     assert np.isnan(got[0]).all() and np.isnan(ref[0]).all()
     np.testing.assert_allclose(got[1:], ref[1:], rtol=1e-5, atol=1e-5)
+
+
+def test_required_ops_of_a_pattern():
+    from tvm.relax.dpl import is_op, wildcard
+
+    from ext.relax_passes.fuse_epilogue import patterns, required_ops
+
+    y = wildcard()
+    silu = is_op("relax.nn.silu")(y) | is_op("relax.multiply")(y, is_op("relax.sigmoid")(y))
+    assert required_ops(silu) == frozenset()  # either form: neither op is required
+    assert required_ops(is_op("relax.add")(is_op("relax.matmul")(y, y), y)) == {"relax.add", "relax.matmul"}
+    by_name = {p.name: required_ops(p.pattern) for p in patterns()}
+    assert {"relax.matmul", "relax.add", "relax.nn.gelu"} <= by_name["ext.matmul_bias_gelu"]
+    assert "relax.nn.conv2d" in by_name["ext.conv2d_bias_relu"]

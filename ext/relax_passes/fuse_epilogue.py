@@ -303,13 +303,61 @@ def _named_steps(func: relax.Function, parts: tuple) -> list[str]:
     return steps
 
 
+def required_ops(pattern) -> frozenset:
+    """Op names every match of ``pattern`` contains (an alternative requires only what both
+    sides do): a module holding none of them cannot match, so the pattern is not tried."""
+    from tvm.relax.dpl import pattern as dp
+
+    memo: dict = {}
+
+    def req(pat) -> frozenset:
+        key = pat.__chandle__()
+        if key not in memo:
+            if isinstance(pat, dp.OrPattern):
+                out = req(pat.left) & req(pat.right)
+            elif isinstance(pat, dp.AndPattern):
+                out = req(pat.left) | req(pat.right)
+            elif isinstance(pat, dp.CallPattern):
+                op = pat.op.expr if isinstance(pat.op, dp.ExprPattern) else None
+                out = frozenset([op.name] if isinstance(op, tvm.ir.Op) else []).union(*[req(a) for a in pat.args])
+            elif isinstance(pat, (dp.AttrPattern, dp.DataTypePattern, dp.ShapePattern, dp.TypePattern)):
+                out = req(pat.pattern)
+            else:
+                out = frozenset()
+            memo[key] = out
+        return memo[key]
+
+    return req(pattern)
+
+
+def _ops_in(mod: tvm.IRModule) -> set:
+    ops = set()
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+            ops.add(e.op.name)
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return ops
+
+
 def FuseEpilogues(families=None) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
-    """``FuseOpsByPattern`` over every family's anchor and epilogue chains, then each composite
-    gets its ``ext.family`` and ``ext.epilogue`` attributes."""
+    """``FuseOpsByPattern`` over every family's anchor and epilogue chains whose ops the module
+    holds (``required_ops``: 226 patterns tried on a 24-layer transformer took 2.7 s), then each
+    composite gets its ``ext.family`` and ``ext.epilogue`` attributes."""
     fams = list(families or FAMILIES.values())
     names = {"_".join(("ext." + fam.name,) + parts): (fam.name, parts)
              for fam in fams for parts in _family_chains(fam)}
-    fuse = relax.transform.FuseOpsByPattern(patterns(fams), bind_constants=False, annotate_codegen=False)
+    every = [(pat, required_ops(pat.pattern)) for pat in patterns(fams)]
+
+    def fuse(mod, _ctx):
+        present = _ops_in(mod)
+        usable = [pat for pat, need in every if need <= present]
+        if not usable:
+            return mod
+        return relax.transform.FuseOpsByPattern(usable, bind_constants=False, annotate_codegen=False)(mod)
 
     def annotate(mod, _ctx):
         for gv, func in list(mod.functions_items()):
@@ -319,5 +367,6 @@ def FuseEpilogues(families=None) -> tvm.transform.Pass:  # noqa: N802 - TVM pass
                 mod[gv] = func.with_attr("ext.family", family).with_attr("ext.epilogue", _named_steps(func, parts))
         return mod
 
-    return tvm.transform.Sequential([fuse, tvm.transform.module_pass(annotate, opt_level=0, name="ext.AnnotateComposites")],
+    return tvm.transform.Sequential([tvm.transform.module_pass(fuse, opt_level=0, name="ext.FuseChains"),
+                                     tvm.transform.module_pass(annotate, opt_level=0, name="ext.AnnotateComposites")],
                                     name="ext.FuseEpilogues")
