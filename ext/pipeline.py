@@ -9,7 +9,8 @@ Stages (a flat, named sequence)::
     LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report (with a row per
                        op left to stock lowering, and a ``failed`` row per composite ext failed on)
     library dispatch   the backend's DispatchSampling, DispatchSortScan (sort, topk, cumsum...)
-    FoldConstant       weight packing of constants happens here, at compile time
+    FoldConstants      weight packing of constants happens here, at compile time (stock
+                       FoldConstant after it only when a call on constants is left)
     LiftWeightTransforms  weights passed as parameters (attr ``num_input``): their transforms move
                        to ``main_transform_params``, run once per weight set (``ext.Model``)
     LowerElementwiseMath  (CPU) exp/sigmoid/tanh/gelu/silu as vectorizable polynomials
@@ -30,6 +31,7 @@ from tvm import relax
 from . import relax_passes as rp
 from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.fold_batchnorm import FoldBatchNorm
+from .relax_passes.fold_constants import FoldRemainingConstants
 from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.lift_params import LiftWeightTransforms, param_specs
@@ -91,7 +93,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params
-                stage("weights", [rp.FoldConstants(), relax.transform.FoldConstant(), LiftWeightTransforms()]),
+                stage("weights", [rp.FoldConstants(), FoldRemainingConstants(), LiftWeightTransforms()]),
                 stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
                 # MarkNoAlias last: VMShapeLower's shape functions would cost every kernel its noalias

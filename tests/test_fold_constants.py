@@ -151,3 +151,27 @@ def test_zero_dim_constants_fold_like_stock():
     ex = tvm.compile(ours, TARGET)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.float32(1.0))).numpy()
     np.testing.assert_allclose(got, 1.0 + np.exp(np.float32(0.75)) + 3.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axes,begin,end,strides", [
+    ([0], [1], [4], [1]), ([1, 2], [-3, 0], [100, 7], [2, 3]), ([2], [6], [-9], [-2]), ([0], [5], [9], [1]),
+])
+def test_strided_slice_of_a_constant_folds_like_stock(axes, begin, end, strides):
+    """An LSTM's gate weights are slices of one constant: folded with NumPy (stock FoldConstant
+    then has nothing left and is skipped: has_constant_call)."""
+    from ext.relax_passes.fold_constants import has_constant_call
+
+    w = np.random.default_rng(0).standard_normal((5, 6, 7)).astype("float32")
+    x = relax.Var("x", relax.TensorType((), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.strided_slice(relax.const(w), axes, begin, end, strides))
+            out = bb.emit_output(relax.op.multiply(s, x))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert has_constant_call(mod)
+    ours, stock = FoldConstants()(mod), relax.transform.FoldConstant()(mod)
+    assert not has_constant_call(ours)
+    a, b = _constants(ours), _constants(stock)
+    assert len(a) == len(b) == 1 and a[0].shape == b[0].shape and a[0].tobytes() == b[0].tobytes()

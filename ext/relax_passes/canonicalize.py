@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from .conv1d import Conv1dToConv2d
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
 from .merge_clips import MergeClips
 from .slice_bounds import ProveSliceBounds
@@ -25,7 +25,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         MergeClips(),
         RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
-        relax.transform.FoldConstant(),
+        FoldRemainingConstants(),
         UnflattenLinear(),
         relax.transform.EliminateCommonSubexpr(),
         # a batch norm left unfolded (DenseNet's norm -> relu -> conv) decomposes to
