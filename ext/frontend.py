@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import re
 
+from tvm import relax
+
 
 class UnsupportedOperatorError(ValueError):
     """The model uses operators the importer cannot translate; ``operators`` lists them."""
@@ -61,6 +63,13 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
     try:
         mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
+    except TypeError as err:
+        half = _half_dtype(module, example_inputs)
+        if half is None or keep_params_as_input or "same datatype" not in str(err):
+            raise
+        # TVM's importer gives conv2d a float32 result for float16 operands, then cannot add
+        # the float16 bias: import in float32 and cast at the function's boundary
+        return _computed_in_float32(module, example_inputs, half, dynamic_shapes)
     except AssertionError as err:
         found = re.search(r"Unsupported function types \[(.*)\]", str(err))
         if found:
@@ -74,6 +83,55 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     mod = _without_params_attr(mod)
     weights = [state[by_arg[p.name]].detach().cpu().numpy() for p in _weight_vars(mod)]
     return mod, weights
+
+
+def _half_dtype(module, example_inputs) -> str | None:
+    """"float16"/"bfloat16" when the model's weights or inputs are half precision."""
+    import torch
+
+    tensors = [*module.parameters(), *module.buffers(), *[x for x in example_inputs if isinstance(x, torch.Tensor)]]
+    for t in tensors:
+        if t.dtype in (torch.float16, torch.bfloat16):
+            return str(t.dtype).replace("torch.", "")
+    return None
+
+
+def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes):
+    """The half-precision ``module`` imported as its float32 copy, wrapped so ``main`` takes and
+    returns ``half`` tensors where the original does (float32 math: more accurate, and on a
+    CPU without half arithmetic what the kernels would do anyway)."""
+    import copy
+
+    import torch
+
+    def widen(x):
+        return x.float() if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16) else x
+
+    wide = from_torch(copy.deepcopy(module).float(), tuple(widen(x) for x in example_inputs),
+                      dynamic_shapes=dynamic_shapes)
+    inner = wide["main"]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, str(x.dtype).replace("torch.", "")))
+              if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16) else
+              relax.Var(p.name, p.ty) for p, x in zip(inner.params, example_inputs)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            args = [bb.emit(relax.op.astype(v, "float32")) if v.ty.dtype != p.ty.dtype else v
+                    for v, p in zip(params, inner.params)]
+            out = bb.emit(relax.Call(bb.add_func(inner.without_attr("global_symbol"), "main_float32"), args))
+            out = bb.emit_output(_narrow(bb, out, half))
+        bb.emit_func_output(out)
+    return relax.transform.InlinePrivateFunctions()(relax.transform.DeadCodeElimination()(bb.get()))
+
+
+def _narrow(bb, expr, half: str):
+    """``expr`` (a tensor or a tuple of them) with its float32 tensors cast to ``half``."""
+    ty = expr.ty
+    if isinstance(ty, relax.TupleType):
+        return bb.emit(relax.Tuple([_narrow(bb, bb.emit(relax.TupleGetItem(expr, i)), half) for i in range(len(ty.fields))]))
+    if isinstance(ty, relax.TensorType) and ty.dtype == "float32":
+        return bb.emit(relax.op.astype(expr, half))
+    return expr
 
 
 def _buffers_as_parameters(module):

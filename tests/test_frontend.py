@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import tvm
 import pytest
 
 import ext
@@ -84,3 +85,30 @@ def test_inputs_as_list_or_tuple_are_the_model_inputs(cpu_target, wrap):
     mod = from_torch(Two(), wrap([x, y]))
     got = run_relax(ext.build(mod, cpu_target), x.numpy(), y.numpy())
     assert_close(got, torch.relu(x @ y).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_half_precision_model_builds_and_keeps_its_dtypes(cpu_target):
+    """TVM's importer fails on a float16 conv + bias (it types the conv's result float32);
+    from_torch then imports the float32 copy and casts at main's boundary."""
+    class Half(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.Linear(8, 5)
+
+        def forward(self, x, scale):
+            y = torch.relu(self.bn(self.conv(x))).mean((2, 3))
+            return self.fc(y) * scale, y
+
+    torch.manual_seed(0)
+    model = Half().eval().half()
+    x, scale = torch.randn(2, 3, 9, 11).half(), torch.tensor(2.0)
+    mod = from_torch(model, [x, scale])
+    main = mod["main"]
+    assert [str(p.ty.dtype) for p in main.params] == ["float16", "float32"]
+    vm = tvm.relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(scale.numpy()))
+    with torch.no_grad():
+        want = model.float()(x.float(), scale)
+    for g, w in zip(got, want):
+        assert g.numpy().dtype == np.float16
+        assert_close(g.numpy().astype("float32"), w.numpy(), rtol=2e-3, atol=2e-3, what="float16 model")
