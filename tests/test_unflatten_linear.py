@@ -73,3 +73,39 @@ def test_attention_scores_fuse_the_key_transpose(cpu_target):
     assert_close(got, (q @ k.transpose(0, 1, 3, 2)).reshape(4, 16, 16), rtol=1e-5, atol=1e-5)
     (d,) = ext.last_report().decisions
     assert d.name == "matmul.batch" and d.workload.attr("transpose_b")
+
+
+def test_rewrite_with_lifted_constants_equals_the_plain_rewrite():
+    """rewrite_lifted: large weights become parameters during the rewrite (rewrite_call compared
+    them element by element: 5.1 s -> 0.16 s on BERT-base) and are bound back afterwards."""
+    from tvm_ffi import structural_equal
+
+    from ext.relax_passes.lifted import MIN_LIFTED_ELEMENTS, rewrite_lifted
+    from ext.relax_passes.unflatten_linear import _unflatten
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 128)).astype("float32")  # lifted
+    b = rng.standard_normal((128,)).astype("float32")     # small: stays a constant
+    assert w.size >= MIN_LIFTED_ELEMENTS > b.size
+    x = relax.Var("x", relax.TensorType((2, 3, 64), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            flat = bb.emit(relax.op.reshape(x, (6, 64)))
+            y = bb.emit(relax.op.add(relax.op.matmul(flat, relax.const(w)), relax.const(b)))
+            out = bb.emit_output(relax.op.reshape(y, (2, 3, 128)))
+        bb.emit_func_output(out)
+    func = bb.get()["main"]
+    seen = []
+
+    def rewrite(f):
+        seen.append(len(f.params))
+        return _unflatten(f)
+
+    got = rewrite_lifted(func, rewrite)
+    assert seen == [2]  # x and the lifted weight
+    assert len(got.params) == 1 and structural_equal(got, _unflatten(func))
+    assert "R.reshape" in func.script() and "R.reshape" not in got.script()  # the rewrite happened
+    xv = rng.standard_normal((2, 3, 64)).astype("float32")
+    assert_close(run_relax(ext.build(tvm.IRModule({"main": got}), ext.target.cpu()), xv),
+                 xv @ w + b, rtol=1e-5, atol=1e-5)

@@ -17,6 +17,8 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tvm.sym import Analyzer
 
+from .lifted import rewrite_lifted
+
 
 def _static(shape):
     if shape is None or any(not hasattr(d, "value") for d in shape):
@@ -93,7 +95,7 @@ def _unflatten(func):
 @relax.transform.function_pass(opt_level=0, name="ext.UnflattenLinear")
 class UnflattenLinear:
     def transform_function(self, func, mod, ctx):
-        return _unflatten(func) if isinstance(func, relax.Function) else func
+        return rewrite_lifted(func, _unflatten) if isinstance(func, relax.Function) else func
 
 
 __all__ = ["UnflattenLinear"]
