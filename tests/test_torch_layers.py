@@ -1,0 +1,55 @@
+"""PyTorch layers beyond the zoo's: each imports, builds and matches PyTorch (odd sizes)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import ext
+from ext.frontend import from_torch
+from ext.testing import assert_close
+
+
+class Call(torch.nn.Module):
+    def __init__(self, fn, *layers):
+        super().__init__()
+        self.fn, self.layers = fn, torch.nn.ModuleList(layers)
+
+    def forward(self, *x):
+        return self.fn(self.layers, *x)
+
+
+F = torch.nn.functional
+CASES = {
+    "lstm": (lambda: Call(lambda m, x: m[0](x)[0], torch.nn.LSTM(16, 24, batch_first=True)), [(2, 7, 16)]),
+    "gru_2_layers": (lambda: Call(lambda m, x: m[0](x)[0], torch.nn.GRU(16, 24, num_layers=2, batch_first=True)), [(1, 5, 16)]),
+    "conv_transpose": (lambda: Call(lambda m, x: m[0](x), torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)), [(1, 8, 9, 11)]),
+    "pixel_shuffle": (lambda: Call(lambda m, x: F.pixel_shuffle(m[0](x), 2), torch.nn.Conv2d(4, 16, 3, padding=1)), [(1, 4, 7, 9)]),
+    "bilinear_x2": (lambda: Call(lambda m, x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)), [(1, 3, 13, 17)]),
+    "dilated_conv": (lambda: Call(lambda m, x: m[0](x), torch.nn.Conv2d(6, 10, 3, dilation=2, padding=2)), [(1, 6, 15, 15)]),
+    "conv3d": (lambda: Call(lambda m, x: m[0](x), torch.nn.Conv3d(3, 5, 3, padding=1)), [(1, 3, 5, 7, 7)]),
+    "multihead_attention": (lambda: Call(lambda m, x: m[0](x, x, x, need_weights=False)[0],
+                                         torch.nn.MultiheadAttention(32, 4, batch_first=True)), [(2, 9, 32)]),
+    "group_norm": (lambda: Call(lambda m, x: m[0](x), torch.nn.GroupNorm(4, 12)), [(2, 12, 5, 5)]),
+    "instance_norm": (lambda: Call(lambda m, x: m[0](x), torch.nn.InstanceNorm2d(6, affine=True)), [(1, 6, 9, 9)]),
+    "cumsum_where": (lambda: Call(lambda m, x: torch.where(x > 0, x.cumsum(-1), -x)), [(3, 11)]),
+    "avg_pool_ceil": (lambda: Call(lambda m, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)), [(1, 5, 10, 13)]),
+    "adaptive_pool": (lambda: Call(lambda m, x: F.adaptive_avg_pool2d(x, (3, 5))), [(1, 4, 10, 13)]),
+    "einsum_softmax": (lambda: Call(lambda m, x, y: torch.einsum("bij,bjk->bik", x, y).softmax(-1)), [(2, 5, 7), (2, 7, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_builds_and_matches_pytorch(cpu_target, name):
+    make, shapes = CASES[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    inputs = [torch.randn(*s) for s in shapes]
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    ex = ext.build(from_torch(model, inputs), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    scale = max(float(np.abs(want).max()), 1e-30)
+    assert_close(got, want, rtol=1e-4, atol=1e-4 * scale, what=name)
