@@ -61,6 +61,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         module = _buffers_as_parameters(module)
     with torch.no_grad():
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
+    _count_bool_cumsums_in_int64(ep)
     try:
         mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
     except TypeError as err:
@@ -83,6 +84,24 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     mod = _without_params_attr(mod)
     weights = [state[by_arg[p.name]].detach().cpu().numpy() for p in _weight_vars(mod)]
     return mod, weights
+
+
+def _count_bool_cumsums_in_int64(ep) -> None:
+    """Give every ``cumsum`` of a bool tensor PyTorch's implicit ``dtype=int64``.
+
+    TVM's importer types a bool cumsum bool. The sum then saturates instead of counting,
+    constants multiplied with it become bools, and LLVM codegen rejects the bool add.
+    transformers 5 runs such a cumsum (its packed-sequence check) whenever a decoder gets no
+    attention mask, so Qwen2, Mistral, Phi, Llama and GPT-NeoX all failed to build without one.
+    """
+    import torch
+
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cumsum.default:
+            continue
+        val = getattr(node.args[0], "meta", {}).get("val")
+        if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
+            node.kwargs = {**node.kwargs, "dtype": torch.int64}
 
 
 def _half_dtype(module, example_inputs) -> str | None:

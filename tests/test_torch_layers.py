@@ -53,3 +53,34 @@ def test_layer_builds_and_matches_pytorch(cpu_target, name):
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
     scale = max(float(np.abs(want).max()), 1e-30)
     assert_close(got, want, rtol=1e-4, atol=1e-4 * scale, what=name)
+
+
+def test_bool_cumsum_counts_in_int64(cpu_target):
+    """PyTorch sums a bool tensor in int64; TVM's importer kept it bool (LLVM then refused the
+    bool add). transformers' packed-sequence check is this pattern."""
+    class Packed(torch.nn.Module):
+        def forward(self, pos):
+            starts = (pos.diff(dim=-1, prepend=pos[:, :1] - 1) != 1).cumsum(-1)
+            return starts * 10 + (starts == starts[:, -1:]).long()
+
+    pos = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3, 4, 0]])
+    ex = ext.build(from_torch(Packed().eval(), (pos,)), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(pos.numpy())).numpy()
+    want = Packed()(pos).numpy()
+    assert got.dtype == want.dtype == np.int64 and (got == want).all(), (got, want)
+
+
+def test_hf_decoder_without_attention_mask(cpu_target):
+    """A decoder called with input ids alone (transformers then runs the packed-sequence check)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, vocab_size=97, use_cache=False)
+    torch.manual_seed(0)
+    decoder = transformers.Qwen2Model(cfg).eval()
+    model = Call(lambda m, ids: m[0](input_ids=ids).last_hidden_state, decoder).eval()
+    ids = torch.randint(0, 97, (1, 11))
+    with torch.no_grad():
+        want = model(ids).numpy()
+    ex = ext.build(from_torch(model, (ids,)), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+    assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), what="Qwen2 without a mask")

@@ -40,9 +40,10 @@ Built = tuple  # (transformers.PreTrainedModel, tuple[torch.Tensor, ...], str)
 class ZooEntry:
     """One architecture: ``factory(quick, gen)`` builds the HF model and its inputs.
 
-    ``ones_mask``: call the model with an all-ones ``attention_mask`` (decoders). Without a mask,
-    transformers 5 looks for packed sequences with a ``cumsum`` over a bool tensor, which TVM's
-    importer keeps as a bool cumsum (torch promotes to int64) and LLVM codegen then rejects.
+    ``ones_mask``: call the model with an all-ones ``attention_mask`` (decoders), as a served
+    decoder is called. Without a mask, transformers 5 adds a packed-sequence check (a ``cumsum``
+    over a bool tensor); ``from_torch`` builds that too (it gives bool cumsums PyTorch's int64,
+    tested in ``tests/test_torch_layers.py``), but the zoo times the masked form.
     """
 
     name: str
