@@ -76,8 +76,8 @@ def test_attention_scores_fuse_the_key_transpose(cpu_target):
 
 
 def test_rewrite_with_lifted_constants_equals_the_plain_rewrite():
-    """rewrite_lifted: large weights become parameters during the rewrite (rewrite_call compared
-    them element by element: 5.1 s -> 0.16 s on BERT-base) and are bound back afterwards."""
+    """rewrite_lifted: large weights become parameters during the rewrite (rewrite_call took
+    5.1 s on BERT-base with them bound, 0.16 s lifted) and are bound back afterwards."""
     from tvm_ffi import structural_equal
 
     from ext.relax_passes.lifted import MIN_LIFTED_ELEMENTS, rewrite_lifted
