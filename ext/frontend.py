@@ -61,7 +61,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         module = _buffers_as_parameters(module)
     with torch.no_grad():
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
-    _count_bool_cumsums_in_int64(ep)
+    _as_pytorch_computes(ep)
     try:
         mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
     except TypeError as err:
@@ -86,22 +86,34 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     return mod, weights
 
 
-def _count_bool_cumsums_in_int64(ep) -> None:
-    """Give every ``cumsum`` of a bool tensor PyTorch's implicit ``dtype=int64``.
+def _as_pytorch_computes(ep) -> None:
+    """Rewrite two ATen calls that TVM's importer translates unlike PyTorch, in place on the
+    exported graph:
 
-    TVM's importer types a bool cumsum bool. The sum then saturates instead of counting,
-    constants multiplied with it become bools, and LLVM codegen rejects the bool add.
-    transformers 5 runs such a cumsum (its packed-sequence check) whenever a decoder gets no
-    attention mask, so Qwen2, Mistral, Phi, Llama and GPT-NeoX all failed to build without one.
+    * ``cumsum`` of a bool tensor gets PyTorch's implicit ``dtype=int64``. The importer typed it
+      bool: the sum saturated instead of counting, constants multiplied with it became bools,
+      and LLVM codegen rejected the bool add. transformers 5 runs such a cumsum (a
+      packed-sequence check) whenever a decoder gets no attention mask.
+    * ``cat`` drops empty 1-D inputs next to higher-rank ones, as PyTorch does (legacy rule);
+      the importer rejected the mixed ranks. transformers' ``DynamicCache`` starts each layer's
+      keys and values as ``torch.tensor([])``, so every decoder with ``use_cache=True`` failed.
     """
     import torch
 
     for node in ep.graph.nodes:
-        if node.op != "call_function" or node.target is not torch.ops.aten.cumsum.default:
+        if node.op != "call_function":
             continue
-        val = getattr(node.args[0], "meta", {}).get("val")
-        if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
-            node.kwargs = {**node.kwargs, "dtype": torch.int64}
+        if node.target is torch.ops.aten.cumsum.default:
+            val = getattr(node.args[0], "meta", {}).get("val")
+            if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
+                node.kwargs = {**node.kwargs, "dtype": torch.int64}
+        elif node.target is torch.ops.aten.cat.default:
+            vals = [getattr(a, "meta", {}).get("val") for a in node.args[0]]
+            if any(v is None for v in vals) or max(v.dim() for v in vals) < 2:
+                continue
+            kept = [a for a, v in zip(node.args[0], vals) if not (v.dim() == 1 and v.shape[0] == 0)]
+            if kept and len(kept) < len(vals):
+                node.args = (kept, *node.args[1:])
 
 
 def _half_dtype(module, example_inputs) -> str | None:

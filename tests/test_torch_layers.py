@@ -70,11 +70,13 @@ def test_bool_cumsum_counts_in_int64(cpu_target):
     assert got.dtype == want.dtype == np.int64 and (got == want).all(), (got, want)
 
 
-def test_hf_decoder_without_attention_mask(cpu_target):
-    """A decoder called with input ids alone (transformers then runs the packed-sequence check)."""
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_hf_decoder_without_attention_mask(cpu_target, use_cache):
+    """A decoder called with input ids alone (transformers then runs the packed-sequence check);
+    with ``use_cache`` its DynamicCache concatenates each layer's keys onto ``torch.tensor([])``."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=64, vocab_size=97, use_cache=False)
+                                   intermediate_size=64, vocab_size=97, use_cache=use_cache)
     torch.manual_seed(0)
     decoder = transformers.Qwen2Model(cfg).eval()
     model = Call(lambda m, ids: m[0](input_ids=ids).last_hidden_state, decoder).eval()
@@ -84,3 +86,18 @@ def test_hf_decoder_without_attention_mask(cpu_target):
     ex = ext.build(from_torch(model, (ids,)), cpu_target)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())).numpy()
     assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), what="Qwen2 without a mask")
+
+
+def test_cat_skips_empty_1d_inputs_like_pytorch(cpu_target):
+    class Grow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("empty", torch.tensor([]), persistent=False)
+
+        def forward(self, x):
+            return torch.cat([self.empty, x, self.empty], dim=-2) * 2
+
+    x = torch.randn(1, 2, 5, 3)
+    ex = ext.build(from_torch(Grow().eval(), (x,)), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    assert_close(got, (x * 2).numpy(), rtol=0, atol=0, what="cat with empty inputs")
