@@ -116,15 +116,20 @@ def _as_pytorch_computes(ep) -> None:
                 node.args = (kept, *node.args[1:])
 
 
-def _half_dtype(module, example_inputs) -> str | None:
-    """"float16"/"bfloat16" when the model's weights or inputs are half precision."""
+def _is_half(x) -> bool:
     import torch
 
-    tensors = [*module.parameters(), *module.buffers(), *[x for x in example_inputs if isinstance(x, torch.Tensor)]]
-    for t in tensors:
-        if t.dtype in (torch.float16, torch.bfloat16):
-            return str(t.dtype).replace("torch.", "")
-    return None
+    return isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def _dtype_name(x) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def _half_dtype(module, example_inputs) -> str | None:
+    """"float16"/"bfloat16" when the model's weights or inputs are half precision."""
+    half = [t for t in (*module.parameters(), *module.buffers(), *example_inputs) if _is_half(t)]
+    return _dtype_name(half[0]) if half else None
 
 
 def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes):
@@ -133,18 +138,12 @@ def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes):
     CPU without half arithmetic what the kernels would do anyway)."""
     import copy
 
-    import torch
-
-    def widen(x):
-        return x.float() if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16) else x
-
-    wide = from_torch(copy.deepcopy(module).float(), tuple(widen(x) for x in example_inputs),
+    wide = from_torch(copy.deepcopy(module).float(), tuple(x.float() if _is_half(x) else x for x in example_inputs),
                       dynamic_shapes=dynamic_shapes)
     inner = wide["main"]
     bb = relax.BlockBuilder()
-    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, str(x.dtype).replace("torch.", "")))
-              if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16) else
-              relax.Var(p.name, p.ty) for p, x in zip(inner.params, example_inputs)]
+    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, _dtype_name(x)) if _is_half(x) else p.ty)
+              for p, x in zip(inner.params, example_inputs)]
     with bb.function("main", params):
         with bb.dataflow():
             args = [bb.emit(relax.op.astype(v, "float32")) if v.ty.dtype != p.ty.dtype else v

@@ -64,7 +64,6 @@ def _astype(call, x):
     return x.astype(out) if x.dtype.name in _FLOATS and out in _FLOATS else None
 
 
-#: op -> f(call, *numpy inputs) -> numpy result or None (None: not exact here, leave to TVM)
 def _ints(expr) -> list[int] | None:
     """A tuple argument of integers (IntImm or PrimValue) as ints (None when one is symbolic)."""
     fields = expr.fields if isinstance(expr, relax.Tuple) else []
@@ -89,6 +88,7 @@ def _strided_slice(call, x):
 #: ops whose tuple arguments are static parameters (the tensor is their first argument)
 _TUPLE_PARAMS = ("relax.strided_slice",)
 
+#: op -> f(call, *numpy inputs) -> numpy result or None (None: not exact here, leave to TVM)
 _NUMPY = {
     "relax.add": _binary(np.add), "relax.subtract": _binary(np.subtract),
     "relax.multiply": _binary(np.multiply), "relax.divide": _binary(np.divide),
@@ -219,13 +219,12 @@ class _Folder:
                     pending.append((var, func, inputs, value.ty))
             return
         tensors = [i for i, a in enumerate(value.args) if isinstance(a.ty, relax.TensorType)]
-        if name in _TUPLE_PARAMS:
+        static_tuples = name in _TUPLE_PARAMS
+        if static_tuples:
             tensors = tensors[:1]
-        elif not tensors or any(isinstance(a.ty, relax.TupleType) for a in value.args):
+        elif any(isinstance(a.ty, relax.TupleType) for a in value.args):
             return
-        if not tensors:
-            return
-        inputs = self._inputs([value.args[i] for i in tensors])
+        inputs = self._inputs([value.args[i] for i in tensors]) if tensors else None
         if inputs is None:
             return
         if name in _NUMPY:
@@ -233,11 +232,11 @@ class _Folder:
             if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
                 self.consts[var] = out
                 return
+        if static_tuples:
+            return  # not evaluated here: left to stock FoldConstant
         args = list(value.args)
         for i, v in zip(tensors, inputs):
             args[i] = relax.const(v, str(v.dtype))
-        if name in _TUPLE_PARAMS:
-            return  # not evaluated: left to stock FoldConstant
         leg = _legalized(relax.Call(value.op, args, value.attrs, value.ty_args))
         if leg is not None:
             pending.append((var, leg[0], [c.value.numpy() for c in leg[1]], value.ty))

@@ -20,8 +20,8 @@ A call ``y = call_tir(f, (..., x, ...))`` is rewritten, overwriting ``x``, when
 * ``x`` has ``y``'s dtype and number of elements (a reshape fused into the
   kernel is fine: both are dense row-major buffers);
 * ``f`` is unscheduled and, once its injective blocks are inlined, is one
-  spatial block nesting at most ``MAX_SELECT_DEPTH`` selects writing one element of ``y`` per iteration and reading ``x``
-  only at the same memory offset (proved on the block's read/write regions),
+  spatial block (nesting at most ``MAX_SELECT_DEPTH`` selects) writing one element
+  of ``y`` per iteration and reading ``x`` only at the same memory offset (proved on the block's read/write regions),
   so every element is read before it is overwritten, by the same iteration.
 
 A reshape kernel over a dying fresh tensor (stock ``RewriteDataflowReshape``
