@@ -23,6 +23,8 @@ import re
 
 from tvm import relax
 
+from .torch_fixes import as_pytorch_computes, exportable_experts
+
 
 class UnsupportedOperatorError(ValueError):
     """The model uses operators the importer cannot translate; ``operators`` lists them."""
@@ -59,11 +61,13 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         example_inputs = (example_inputs,)
     if keep_params_as_input:
         module = _buffers_as_parameters(module)
-    with torch.no_grad():
+    with torch.no_grad(), exportable_experts(module):
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
-    _as_pytorch_computes(ep)
+        ep = ep.run_decompositions()  # the importer's own first step, done here to fix what it imports
+    as_pytorch_computes(ep)
     try:
-        mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True)
+        mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True,
+                                    run_ep_decomposition=False)
     except TypeError as err:
         half = _half_dtype(module, example_inputs)
         if half is None or keep_params_as_input or "same datatype" not in str(err):
@@ -84,36 +88,6 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     mod = _without_params_attr(mod)
     weights = [state[by_arg[p.name]].detach().cpu().numpy() for p in _weight_vars(mod)]
     return mod, weights
-
-
-def _as_pytorch_computes(ep) -> None:
-    """Rewrite two ATen calls that TVM's importer translates unlike PyTorch, in place on the
-    exported graph:
-
-    * ``cumsum`` of a bool tensor gets PyTorch's implicit ``dtype=int64``. The importer typed it
-      bool: the sum saturated instead of counting, constants multiplied with it became bools,
-      and LLVM codegen rejected the bool add. transformers 5 runs such a cumsum (a
-      packed-sequence check) whenever a decoder gets no attention mask.
-    * ``cat`` drops empty 1-D inputs next to higher-rank ones, as PyTorch does (legacy rule);
-      the importer rejected the mixed ranks. transformers' ``DynamicCache`` starts each layer's
-      keys and values as ``torch.tensor([])``, so every decoder with ``use_cache=True`` failed.
-    """
-    import torch
-
-    for node in ep.graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target is torch.ops.aten.cumsum.default:
-            val = getattr(node.args[0], "meta", {}).get("val")
-            if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
-                node.kwargs = {**node.kwargs, "dtype": torch.int64}
-        elif node.target is torch.ops.aten.cat.default:
-            vals = [getattr(a, "meta", {}).get("val") for a in node.args[0]]
-            if any(v is None for v in vals) or max(v.dim() for v in vals) < 2:
-                continue
-            kept = [a for a, v in zip(node.args[0], vals) if not (v.dim() == 1 and v.shape[0] == 0)]
-            if kept and len(kept) < len(vals):
-                node.args = (kept, *node.args[1:])
 
 
 def _is_half(x) -> bool:

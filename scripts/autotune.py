@@ -27,7 +27,8 @@ here, not on the device).
 
 ``--compare-metaschedule`` then tunes the same module with stock MetaSchedule
 (``tune_relax``, default xgb cost model and evolutionary search, 16 trials per
-round, one builder process) for the same wall-clock budget as ext's
+batch, one builder process, called once per pass of one batch per task so that
+each pass's measurements reach its database) for the same wall-clock budget as ext's
 (``--seconds``; its start-up not counted), in a subprocess with the same
 ``TVM_NUM_THREADS``, and times NumPy, ext untuned, ext tuned and MetaSchedule
 in one process: 9 rounds, contender order rotated each round, idle time between
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
 
 # -- MetaSchedule comparison ---------------------------------------------------------------------
 
-def _ms_worker(model: str, shape: str, work_dir: str) -> int:
+def _ms_worker(model: str, shape: str, work_dir: str) -> None:
     """Run stock MetaSchedule on the model until killed (the parent enforces the budget)."""
     from tvm.relax.backend.cpu_generic import pipeline as cpu
     from tvm.s_tir import meta_schedule as ms
@@ -259,12 +260,20 @@ def _ms_worker(model: str, shape: str, work_dir: str) -> int:
     mod, *_ = build_model(model, None if shape == "-" else shape)
     with target:
         lowered = tvm.transform.Sequential(cpu.legalize_passes(target))(mod)
-    # stock settings except (1) 16 points per round instead of 64, so that records reach the database
-    # (after each round) often enough for a budget of a minute or two, and (2) one builder process:
-    # with the default two (one per physical core) the first round never finished on the 2-core VM
-    ms.relax_integration.tune_relax(lowered, {}, target, work_dir, max_trials_global=100_000,
-                                    num_trials_per_iter=16, builder=ms.builder.LocalBuilder(max_workers=1))
-    return 0
+    # stock settings (xgb cost model, evolutionary search, gradient task scheduler, JSON database)
+    # except: (1) 16 points per batch instead of 64; (2) one builder process: with the default two
+    # (one per physical core) the first round never finished on the 2-core VM; (3) tuning runs in
+    # rounds of one batch per task, one ``tune_relax`` call each, sharing the database and the
+    # cost model. MetaSchedule joins its measurements (and writes them to the database) only when
+    # it comes back to a task, i.e. after a full pass over all tasks: killed by the budget inside
+    # its first pass (26 tasks, ~35 s each here for ResNet-18), it had stored nothing at 900 s.
+    # Each call's end joins every measurement, so each round's records reach the database.
+    n_tasks = len(ms.relax_integration.extract_tasks(lowered, target))
+    cost_model = ms.cost_model.XGBModel()
+    while True:
+        ms.relax_integration.tune_relax(lowered, {}, target, work_dir, max_trials_global=16 * n_tasks,
+                                        num_trials_per_iter=16, builder=ms.builder.LocalBuilder(max_workers=1),
+                                        cost_model=cost_model)
 
 
 def _clean_db(src: str, dst: str) -> None:

@@ -38,6 +38,23 @@ CASES = {
     "avg_pool_ceil": (lambda: Call(lambda m, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)), [(1, 5, 10, 13)]),
     "adaptive_pool": (lambda: Call(lambda m, x: F.adaptive_avg_pool2d(x, (3, 5))), [(1, 4, 10, 13)]),
     "einsum_softmax": (lambda: Call(lambda m, x, y: torch.einsum("bij,bjk->bik", x, y).softmax(-1)), [(2, 5, 7), (2, 7, 3)]),
+    # index tensors counting from the end (Falcon's multi-query heads: qkv[..., [-2], :])
+    "index_negative": (lambda: Call(lambda m, x: x[..., [-2], :] * 2 + x[..., [-1, 0], :].sum(-2, keepdim=True)),
+                       [(2, 5, 6, 3)]),
+    # several index tensors with slices around them: adjacent ones keep their place (B in the
+    # middle), split ones put B first; PyTorch's rules, which the importer broadcast wrongly
+    "index_after_slice": (lambda: Call(lambda m, x: x[:, torch.tensor([[0, 2], [1, 1]]), torch.tensor([1, -1])]),
+                          [(3, 4, 5, 6)]),
+    "index_split_by_slice": (lambda: Call(lambda m, x: x[torch.tensor([2, 0, 1]), :, torch.tensor([[4], [0]])]),
+                             [(3, 4, 5, 6)]),
+    "unfold_3x1": (lambda: Call(lambda m, x: F.unfold(x, (3, 1), padding=(1, 0))), [(1, 4, 7, 2)]),
+    "unfold_strided": (lambda: Call(lambda m, x: F.unfold(x, 3, stride=2, padding=1)), [(2, 3, 9, 8)]),
+    # a float tensor divided by a Python int with rounding (DETR's sine position embedding)
+    "div_rounding_by_int": (lambda: Call(lambda m, x: torch.div(x * 7, 2, rounding_mode="floor")
+                                         + torch.div(x * 5, 3, rounding_mode="trunc")), [(3, 7)]),
+    # Relax's arange miscounts some negative steps (arange(16, -16, -1): 34 elements)
+    "arange_down": (lambda: Call(lambda m, x: x + torch.arange(16, -16, -1) + torch.arange(2.5, -13.5, -0.5)),
+                    [(2, 32)]),
 }
 
 
@@ -101,3 +118,23 @@ def test_cat_skips_empty_1d_inputs_like_pytorch(cpu_target):
     ex = ext.build(from_torch(Grow().eval(), (x,)), cpu_target)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
     assert_close(got, (x * 2).numpy(), rtol=0, atol=0, what="cat with empty inputs")
+
+
+def test_hf_mixture_of_experts_imports_with_batched_experts(cpu_target):
+    """transformers runs MoE experts with grouped_mm (histc offsets, a custom op) by default;
+    from_torch exports them with transformers' batched_mm and restores the model's setting."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                     intermediate_size=48, vocab_size=97, num_local_experts=5, num_experts_per_tok=2,
+                                     use_cache=False)
+    torch.manual_seed(0)
+    decoder = transformers.MixtralModel(cfg).eval()
+    before = decoder.get_experts_implementation()
+    model = Call(lambda m, ids: m[0](input_ids=ids).last_hidden_state, decoder).eval()
+    ids = torch.randint(0, 97, (1, 9))
+    with torch.no_grad():
+        want = model(ids).numpy()
+    ex = ext.build(from_torch(model, (ids,)), cpu_target)
+    assert decoder.get_experts_implementation() == before
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+    assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), what="Mixtral")

@@ -1,0 +1,170 @@
+"""ATen-level rewrites of a ``torch.export`` program before TVM's importer translates it.
+
+Each fixes a case where the importer's translation differs from PyTorch (a wrong result, a
+wrong shape or a rejected graph), on the exported (decomposed) FX graph, where PyTorch's own
+semantics are still at hand. ``as_pytorch_computes`` runs them all; ``exportable_experts``
+wraps ``torch.export`` itself. Each has a test in ``tests/test_torch_layers.py`` that fails
+without it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+#: transformers' mixture-of-experts layers run their experts with ``grouped_mm`` by default:
+#: tokens sorted by expert, offsets counted with ``histc``, a custom op over data-dependent
+#: groups, none of which TVM's importer takes. ``batched_mm``, transformers' own alternative,
+#: runs every expert on every token and keeps the routing weights (zero for experts not
+#: chosen): the same result from static shapes, at (experts / experts per token) times the
+#: expert layers' work.
+EXPORTED_EXPERTS = "batched_mm"
+
+
+@contextlib.contextmanager
+def exportable_experts(module):
+    """Switch transformers models with mixture-of-experts layers to ``EXPORTED_EXPERTS`` while
+    ``torch.export`` traces them; their own setting is restored afterwards."""
+    switched = []
+    for sub in module.modules():
+        can = getattr(sub, "_can_set_experts_implementation", None)
+        if callable(can) and can() and hasattr(sub, "get_experts_implementation"):
+            switched.append((sub, sub.get_experts_implementation()))
+            sub.set_experts_implementation(EXPORTED_EXPERTS)
+    try:
+        yield
+    finally:
+        for sub, original in reversed(switched):
+            sub.set_experts_implementation(original)
+
+
+def as_pytorch_computes(ep) -> None:
+    """Rewrite the ATen calls that TVM's importer translates unlike PyTorch, in place on the
+    exported graph:
+
+    * ``cumsum`` of a bool tensor gets PyTorch's implicit ``dtype=int64``. The importer typed it
+      bool: the sum saturated instead of counting, constants multiplied with it became bools,
+      and LLVM codegen rejected the bool add. transformers 5 runs such a cumsum (a
+      packed-sequence check) whenever a decoder gets no attention mask.
+    * ``cat`` drops empty 1-D inputs next to higher-rank ones, as PyTorch does (legacy rule);
+      the importer rejected the mixed ranks. transformers' ``DynamicCache`` starts each layer's
+      keys and values as ``torch.tensor([])``, so every decoder with ``use_cache=True`` failed.
+    * Integer index tensors of ``index.Tensor`` (``x[..., idx]``) count from the end where
+      negative, as in Python: each is wrapped by ``remainder(idx, size)`` first. The importer
+      passed them to ``take`` as they were, which read outside the tensor (Falcon's multi-query
+      attention selects its key and value heads as ``qkv[..., [-2], :]``: every output NaN).
+    * ``index.Tensor`` with several index tensors and full slices (``None``) among them moves
+      the indexed axes to the front first (``permute``), then puts the broadcast index
+      dimensions where PyTorch does; the importer's general case broadcast slices against the
+      indices and failed (``F.unfold``, e.g. ConvBERT's span-based convolution).
+    * ``arange`` with a negative step becomes ``start + step * arange(n)``: Relax's ``arange``
+      got the length wrong for some (``arange(16, -16, -1)``: 34 elements, not 32; Funnel
+      Transformer's relative positions).
+    * ``div(x, n, rounding_mode=...)`` of a floating-point tensor by a Python int divides by
+      ``float(n)``: the importer made ``n`` an int32 constant and Relax rejected the mixed
+      ``floor_divide`` (DETR's sine position embedding).
+    """
+    import torch
+
+    for node in list(ep.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten.index.Tensor:
+            _wrap_negative_indices(ep.graph, node)
+            _index_leading_axes(ep.graph, node)
+        elif node.target is torch.ops.aten.arange.start_step:
+            _arange_counting_up(ep.graph, node)
+        elif node.target is torch.ops.aten.div.Tensor_mode and isinstance(node.args[1], int):
+            val = getattr(node.args[0], "meta", {}).get("val")
+            if val is not None and val.dtype.is_floating_point:  # the importer made the int an int32 constant
+                node.args = (node.args[0], float(node.args[1]), *node.args[2:])
+        if node.target is torch.ops.aten.cumsum.default:
+            val = getattr(node.args[0], "meta", {}).get("val")
+            if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
+                node.kwargs = {**node.kwargs, "dtype": torch.int64}
+        elif node.target is torch.ops.aten.cat.default:
+            vals = [getattr(a, "meta", {}).get("val") for a in node.args[0]]
+            if any(v is None for v in vals) or max(v.dim() for v in vals) < 2:
+                continue
+            kept = [a for a, v in zip(node.args[0], vals) if not (v.dim() == 1 and v.shape[0] == 0)]
+            if kept and len(kept) < len(vals):
+                node.args = (kept, *node.args[1:])
+
+
+def _wrap_negative_indices(graph, node) -> None:
+    """``index.Tensor(x, [.., idx, ..])``: each integer ``idx`` on an axis of static size ``n``
+    becomes ``remainder(idx, n)`` (the same index for ``-n <= idx < n``)."""
+    import torch
+
+    val = getattr(node.args[0], "meta", {}).get("val")
+    if val is None:
+        return
+    indices = list(node.args[1])
+    for axis, idx in enumerate(indices):
+        iv = getattr(idx, "meta", {}).get("val") if idx is not None else None
+        size = val.shape[axis] if axis < val.dim() else None
+        if iv is None or iv.dtype in (torch.bool, torch.uint8) or not isinstance(size, int):
+            continue
+        with graph.inserting_before(node):
+            wrapped = graph.call_function(torch.ops.aten.remainder.Scalar, (idx, size))
+        wrapped.meta["val"] = iv
+        indices[axis] = wrapped
+    node.args = (node.args[0], indices, *node.args[2:])
+
+
+def _index_leading_axes(graph, node) -> None:
+    """``x[:, i, j]``-style ``index.Tensor`` as ``permute`` + index of leading axes (+ ``permute``).
+
+    PyTorch: the index tensors broadcast to ``B``; adjacent indexed axes are replaced by ``B``
+    in place, non-adjacent ones put ``B`` first. Indexing the permuted tensor's leading axes
+    gives ``B`` first, so only the adjacent case permutes back."""
+    import torch
+
+    x, indices = node.args[0], list(node.args[1])
+    val = getattr(x, "meta", {}).get("val")
+    pos = [i for i, idx in enumerate(indices) if idx is not None]
+    if val is None or len(pos) < 2 or len(pos) == len(indices):
+        return  # the importer's take (one index) and index_tensor (no slice) cases are right
+    ivals = [getattr(indices[i], "meta", {}).get("val") for i in pos]
+    if any(v is None or v.dtype == torch.bool for v in ivals):
+        return
+    nd = val.dim()
+    perm = pos + [i for i in range(nd) if i not in pos]
+    bshape = list(torch.broadcast_shapes(*(v.shape for v in ivals)))
+    rest = [val.shape[i] for i in perm[len(pos):]]
+
+    def meta(shape):
+        return torch.empty(shape, dtype=val.dtype, device="meta")
+
+    with graph.inserting_before(node):
+        xp = graph.call_function(torch.ops.aten.permute.default, (x, perm))
+        xp.meta["val"] = meta([val.shape[i] for i in perm])
+        out = graph.call_function(torch.ops.aten.index.Tensor, (xp, [indices[i] for i in pos]))
+        out.meta["val"] = meta(bshape + rest)
+        b, k = len(bshape), pos[0]
+        if pos == list(range(k, k + len(pos))) and k > 0:
+            back = list(range(b, b + k)) + list(range(b)) + list(range(b + k, b + len(rest)))
+            out = graph.call_function(torch.ops.aten.permute.default, (out, back))
+            out.meta["val"] = meta(rest[:k] + bshape + rest[k:])
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+
+
+def _arange_counting_up(graph, node) -> None:
+    """``arange(start, end, step < 0)`` (static numbers) as ``start + step * arange(0, n, 1)``."""
+    import torch
+
+    start, end, step = (list(node.args) + [1])[:3]
+    if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0:
+        return
+    val = node.meta.get("val")
+    if val is None:
+        return
+    n = max(0, math.ceil((end - start) / step))
+    with graph.inserting_before(node):  # the result's dtype throughout (a float step on int64 was truncated)
+        up = graph.call_function(torch.ops.aten.arange.start_step, (0, n, 1), {**node.kwargs, "dtype": val.dtype})
+        scaled = graph.call_function(torch.ops.aten.mul.Tensor, (up, step))
+        out = graph.call_function(torch.ops.aten.add.Tensor, (scaled, start))
+    for new in (up, scaled, out):
+        new.meta["val"] = torch.empty((n,), dtype=val.dtype, device="meta")
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)

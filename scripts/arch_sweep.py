@@ -1,0 +1,202 @@
+"""Import, build and check many transformers architectures from small configs (random weights).
+
+Why: the zoo (``scripts/zoo.py``) times a fixed set of full-size models; users bring others.
+This sweep builds each architecture transformers defines for text, vision and audio that the
+zoo lacks, at a small size (2 layers, width 64, a 13-token text, a 64x64 image, a quarter
+second of audio), and checks ext's output against PyTorch's: it finds what does not import,
+build or match, not what is slow. Each model runs in its own subprocess with a time limit, so
+a crash is one row.
+
+    python scripts/arch_sweep.py                          # all (about 15 minutes on 2 cores)
+    python scripts/arch_sweep.py --models falcon detr     # some
+
+A row is ``ok`` when ``max |ext - torch| / max |torch|`` < 1e-4 and NaNs sit where PyTorch's
+are; ``WRONG`` otherwise; ``FAIL[stage]`` names the stage (import, build, run) and the error;
+``TORCH`` means ``torch.export`` itself refused the model (e.g. a data-dependent shape).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+
+TOLERANCE = 1e-4
+TEXT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
+WAV = dict(conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16,
+           num_conv_pos_embedding_groups=4, **TEXT)
+PYRAMID = dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])
+
+
+def architectures(t) -> dict:
+    """name -> ``(config class, model class, config kwargs, input kind)``; ``t``: transformers."""
+    return {
+        # text decoders
+        "gptj": (t.GPTJConfig, t.GPTJModel, dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000), "ids"),
+        "codegen": (t.CodeGenConfig, t.CodeGenModel, dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, vocab_size=1000), "ids"),
+        "falcon": (t.FalconConfig, t.FalconModel, dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000), "ids"),
+        "gemma": (t.GemmaConfig, t.GemmaModel, dict(head_dim=16, num_key_value_heads=1, **TEXT), "ids"),
+        "gemma2": (t.Gemma2Config, t.Gemma2Model, dict(head_dim=16, num_key_value_heads=2, **TEXT), "ids"),
+        "stablelm": (t.StableLmConfig, t.StableLmModel, dict(num_key_value_heads=4, **TEXT), "ids"),
+        "olmo": (t.OlmoConfig, t.OlmoModel, TEXT, "ids"),
+        "starcoder2": (t.Starcoder2Config, t.Starcoder2Model, dict(num_key_value_heads=2, **TEXT), "ids"),
+        "granite": (t.GraniteConfig, t.GraniteModel, TEXT, "ids"),
+        "mixtral": (t.MixtralConfig, t.MixtralModel, dict(num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2, **TEXT), "ids"),
+        "qwen2_moe": (t.Qwen2MoeConfig, t.Qwen2MoeModel, dict(num_key_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64, **TEXT), "ids"),
+        "mamba": (t.MambaConfig, t.MambaModel, dict(hidden_size=64, num_hidden_layers=2, vocab_size=1000, state_size=8), "ids"),
+        "rwkv": (t.RwkvConfig, t.RwkvModel, dict(hidden_size=64, num_hidden_layers=2, vocab_size=1000, attention_hidden_size=64, intermediate_size=128), "ids"),
+        "xlnet": (t.XLNetConfig, t.XLNetModel, dict(d_model=64, n_layer=2, n_head=4, d_inner=128, vocab_size=1000), "ids"),
+        "ctrl": (t.CTRLConfig, t.CTRLModel, dict(n_embd=64, n_layer=2, n_head=4, dff=128, vocab_size=1000), "ids"),
+        # text encoders
+        "squeezebert": (t.SqueezeBertConfig, t.SqueezeBertModel, dict(embedding_size=64, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2, intermediate_groups=4, output_groups=4, **TEXT), "ids"),
+        "convbert": (t.ConvBertConfig, t.ConvBertModel, dict(embedding_size=64, **TEXT), "ids"),
+        "fnet": (t.FNetConfig, t.FNetModel, dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=1000), "ids"),
+        "funnel": (t.FunnelConfig, t.FunnelModel, dict(d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1], vocab_size=1000), "ids16"),
+        "roformer": (t.RoFormerConfig, t.RoFormerModel, dict(embedding_size=64, **TEXT), "ids"),
+        "big_bird": (t.BigBirdConfig, t.BigBirdModel, dict(attention_type="original_full", **TEXT), "ids"),
+        "canine": (t.CanineConfig, t.CanineModel, dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, num_hash_buckets=64, downsampling_rate=4), "ids16"),
+        "rembert": (t.RemBertConfig, t.RemBertModel, dict(input_embedding_size=32, output_embedding_size=64, **TEXT), "ids"),
+        "mobilebert": (t.MobileBertConfig, t.MobileBertModel, dict(embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32, num_feedforward_networks=2, **TEXT), "ids"),
+        "longformer": (t.LongformerConfig, t.LongformerModel, dict(attention_window=8, **TEXT), "ids16"),
+        "esm": (t.EsmConfig, t.EsmModel, dict(position_embedding_type="rotary", pad_token_id=1, **TEXT), "ids"),
+        "umt5_encoder": (t.UMT5Config, t.UMT5EncoderModel, dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=1000), "ids"),
+        # vision
+        "convnextv2": (t.ConvNextV2Config, t.ConvNextV2Model, dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1]), "image"),
+        "regnet": (t.RegNetConfig, t.RegNetModel, dict(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 2, 1], groups_width=8, embedding_size=16), "image"),
+        "pvt_v2": (t.PvtV2Config, t.PvtV2Model, dict(num_attention_heads=[1, 2, 4, 8], **PYRAMID), "image"),
+        "swinv2": (t.Swinv2Config, t.Swinv2Model, dict(image_size=64, embed_dim=16, depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], window_size=4), "image"),
+        "focalnet": (t.FocalNetConfig, t.FocalNetModel, dict(image_size=64, embed_dim=16, depths=[1, 1, 1, 1]), "image"),
+        "beit": (t.BeitConfig, t.BeitModel, dict(image_size=64, patch_size=8, use_relative_position_bias=True, **TEXT), "image"),
+        "yolos": (t.YolosConfig, t.YolosModel, dict(image_size=[64, 64], patch_size=8, num_detection_tokens=5, **TEXT), "image"),
+        "dpt": (t.DPTConfig, t.DPTForDepthEstimation, dict(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32, head_hidden_size=16), "image"),
+        "glpn": (t.GLPNConfig, t.GLPNForDepthEstimation, dict(num_attention_heads=[1, 2, 4, 8], decoder_hidden_size=32, **PYRAMID), "image"),
+        "siglip_vision": (t.SiglipVisionConfig, t.SiglipVisionModel, dict(image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128), "image"),
+        "vitdet": (t.VitDetConfig, t.VitDetModel, dict(image_size=64, patch_size=8, pretrain_image_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, window_size=4, window_block_indices=[0], use_relative_position_embeddings=True), "image"),
+        "detr": (t.DetrConfig, t.DetrModel, dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=t.ResNetConfig(embedding_size=16, out_features=["stage4"], **PYRAMID), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10), "image"),
+        "upernet": (t.UperNetConfig, t.UperNetForSemanticSegmentation, dict(backbone_config=t.ConvNextConfig(out_features=["stage1", "stage2", "stage3", "stage4"], **PYRAMID), hidden_size=32, auxiliary_in_channels=64, num_labels=5), "image"),
+        # audio
+        "hubert": (t.HubertConfig, t.HubertModel, WAV, "audio"),
+        "wavlm": (t.WavLMConfig, t.WavLMModel, dict(num_buckets=32, max_bucket_distance=64, **WAV), "audio"),
+        "sew": (t.SEWConfig, t.SEWModel, dict(squeeze_factor=2, **WAV), "audio"),
+        "data2vec_audio": (t.Data2VecAudioConfig, t.Data2VecAudioModel, dict(WAV, num_conv_pos_embeddings=5), "audio"),
+        "ast": (t.ASTConfig, t.ASTModel, dict(max_length=64, num_mel_bins=32, patch_size=8, frequency_stride=8, time_stride=8, **TEXT), "spectrogram"),
+        "encodec": (t.EncodecConfig, t.EncodecModel, dict(num_filters=8, hidden_size=32, upsampling_ratios=[4, 2], codebook_size=64, codebook_dim=32, num_lstm_layers=1), "waveform"),
+    }
+
+
+def _inputs(kind: str):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    if kind.startswith("ids"):
+        return (torch.randint(3, 1000, (1, 16 if kind == "ids16" else 13), generator=gen),)
+    shapes = {"image": (1, 3, 64, 64), "audio": (1, 4000), "spectrogram": (1, 64, 32), "waveform": (1, 1, 800)}
+    return (torch.randn(*shapes[kind], generator=gen),)
+
+
+def run_one(name: str) -> str:
+    """One row: import, build, run, compare (in this process)."""
+    os.environ.setdefault("EXT_CACHE", "0")
+    import ext  # first: sets TVM_NUM_THREADS
+    import numpy as np
+    import torch
+    import transformers
+    import tvm
+    from tvm import relax
+
+    from ext.frontend import from_torch
+
+    cfg_cls, model_cls, kw, kind = architectures(transformers)[name]
+    torch.manual_seed(0)
+    cfg = cfg_cls(**kw)
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    model = _Output(model_cls(cfg).eval()).eval()
+    inputs = _inputs(kind)
+    with torch.no_grad():
+        want = model(*inputs).float().numpy()
+    stage = "import"
+    try:
+        start = time.time()
+        mod = from_torch(model, inputs)
+        stage = "build"
+        ex = ext.build(mod, ext.target.cpu(), verbose=False)
+        seconds = time.time() - start
+        stage = "run"
+        out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
+        got = (out if hasattr(out, "numpy") else out[0]).numpy()
+    except Exception as err:  # noqa: BLE001 - the row reports it
+        first = str(err).splitlines()[0][:200] if str(err) else ""
+        export = stage == "import" and "torch" in type(err).__module__
+        return f"{'TORCH' if export else f'FAIL[{stage}]'} {type(err).__name__}: {first}"
+    if got.shape != want.shape:
+        return f"WRONG shape {got.shape} vs {want.shape}"
+    err = float(np.nanmax(np.abs(got.astype("float64") - want)) / max(float(np.nanmax(np.abs(want))), 1e-30))
+    nan_ok = np.array_equal(np.isnan(got), np.isnan(want))
+    ok = err < TOLERANCE and nan_ok
+    return f"{'ok' if ok else 'WRONG'} import+build {seconds:.1f} s, error {err:.1e}" + ("" if nan_ok else ", NaNs differ")
+
+
+def _output_class():
+    import torch
+
+    class Output(torch.nn.Module):
+        """The model's main tensor output (last hidden state, depth, logits or audio codes)."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            out = self.model(x, return_dict=True)
+            for key in ("last_hidden_state", "predicted_depth", "logits", "audio_codes"):
+                if getattr(out, key, None) is not None:
+                    return getattr(out, key)
+            return out[0]
+
+    return Output
+
+
+def _Output(model):  # noqa: N802 - a class, built on first use so that --help does not import torch
+    return _output_class()(model)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--models", nargs="+", metavar="NAME", help="architectures (default: all)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600)")
+    p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
+    args = p.parse_args(argv)
+    if args.one:
+        print(run_one(args.one), flush=True)
+        return 0
+    import transformers
+
+    known = list(architectures(transformers))
+    names = args.models or known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        p.error(f"unknown architecture(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    rows = {}
+    for name in names:
+        try:
+            res = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name], capture_output=True,
+                                 text=True, timeout=args.timeout)
+            lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+            rows[name] = lines[-1] if lines and res.returncode == 0 else \
+                f"CRASH (exit {res.returncode}): {(res.stderr.strip().splitlines() or [''])[-1][:200]}"
+        except subprocess.TimeoutExpired:
+            rows[name] = f"TIMEOUT after {args.timeout:.0f} s"
+        print(f"{name:16s} {rows[name]}", flush=True)
+    good = sum(r.startswith("ok") for r in rows.values())
+    print(f"\n{good}/{len(rows)} architectures imported, built and matched PyTorch within {TOLERANCE}")
+    return 0 if good == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
