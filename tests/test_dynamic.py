@@ -400,3 +400,37 @@ def test_every_primfunc_of_a_symbolic_build_is_noalias(cpu_target):
     funcs = {gv.name_hint: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
     assert any("shape_func" in name for name in funcs), sorted(funcs)
     assert all(f.attrs and f.attrs.get("tirx.noalias") for f in funcs.values()), sorted(funcs)
+
+
+def test_hf_decoder_with_symbolic_sequence_builds_and_matches_pytorch(cpu_target):
+    """transformers' decoders slice along axis -1 by the symbolic length (the packed-sequence
+    check); stock legalization of such a slice stopped at the negative axis, so every decoder
+    with a symbolic sequence failed to build until ``ProveSliceBounds`` counted it from the front."""
+    import torch
+    import transformers as tf
+
+    from ext.frontend import from_torch
+
+    torch.manual_seed(0)
+    cfg = tf.Qwen2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=64, vocab_size=97, use_cache=False)
+    body = tf.Qwen2Model(cfg).eval()
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = body
+
+        def forward(self, ids):
+            return self.body(input_ids=ids).last_hidden_state
+
+    s = torch.export.Dim("s", min=2, max=40)
+    mod = from_torch(Decoder().eval(), (torch.randint(0, 97, (1, 9)),), dynamic_shapes={"ids": {1: s}})
+    ex, _ = _build(mod, cpu_target)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for length in (2, 13, 40):
+        ids = torch.randint(0, 97, (1, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            ref = body(input_ids=ids).last_hidden_state.numpy()
+        got = vm["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+        assert_close(got, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()), what=f"seq {length}")

@@ -8,10 +8,14 @@ declares ``s <= 512`` (attrs ``tir_var_lower_bound`` / ``tir_var_upper_bound``).
 legalization of a layer norm on such a tensor fails. Where the bounds prove every
 ``0 <= begin <= end <= extent`` (unit strides), the clamp is a no-op: the slice is
 rewritten with ``assume_inbound=True`` and the shapes after it are inferred again (``s``).
+
+In a function with symbolic shapes, negative slice axes are also counted from the front:
+stock legalization of a slice with symbolic bounds indexed the shape with ``-1`` and stopped
+(transformers' decoders slice position ids along ``-1`` by the sequence length).
 """
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, tirx
 from tvm.ir import PrimType, Range
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym import Analyzer
@@ -34,17 +38,21 @@ def _bounded_analyzer(func) -> Analyzer | None:
 
 @mutator
 class _Slices(PyExprMutator):
-    def __init__(self, ana: Analyzer, mod=None):
+    def __init__(self, ana: Analyzer | None, mod=None):
         super().__init__(mod)
         self.ana = ana
 
     def visit_shape_expr_(self, op):
-        values = [self.ana.simplify(v) for v in op.values]
-        return relax.ShapeExpr(values)
+        if self.ana is None:
+            return op
+        return relax.ShapeExpr([self.ana.simplify(v) for v in op.values])
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if getattr(call.op, "name", None) != "relax.strided_slice" or call.attrs.assume_inbound:
+        if getattr(call.op, "name", None) != "relax.strided_slice":
+            return call
+        call = _positive_axes(call)
+        if self.ana is None or call.attrs.assume_inbound:
             return call
         shape = getattr(call.args[0].ty, "shape", None)
         if shape is None or len(call.args) < 4:
@@ -60,6 +68,23 @@ class _Slices(PyExprMutator):
                     and self.ana.can_prove(e <= extent)):
                 return call
         return relax.op.strided_slice(*call.args[:5], assume_inbound=True)
+
+
+def _positive_axes(call):
+    """The slice with its negative axes counted from the front (``-1`` -> ``ndim - 1``): stock
+    legalization of a slice with symbolic bounds indexes the shape with the axis as given and
+    stopped at ``-1`` (every transformers decoder with a symbolic sequence length)."""
+    ndim = getattr(call.args[0].ty, "ndim", -1)
+    axes = _ints(call.args[1])
+    if ndim is None or ndim < 0 or axes is None or not any(_const(a) is not None and _const(a) < 0 for a in axes):
+        return call
+    fixed = [tirx.IntImm(str(a.ty.dtype), ndim + _const(a)) if _const(a) is not None and _const(a) < 0 else a for a in axes]
+    return relax.op.strided_slice(call.args[0], relax.Tuple(fixed), *call.args[2:5],
+                                  assume_inbound=call.attrs.assume_inbound)
+
+
+def _const(expr):
+    return int(expr.value) if hasattr(expr, "value") and isinstance(expr.value, int) else None
 
 
 def _ints(arg):
@@ -78,8 +103,8 @@ class ProveSliceBounds:
         if not isinstance(func, relax.Function):
             return func
         ana = _bounded_analyzer(func)
-        if ana is None:
-            return func
+        if ana is None and not relax.analysis.defined_symbolic_vars(func):
+            return func  # static shapes: nothing to prove, and stock slices take negative axes
         return _Slices(ana, mod).visit_expr(func)
 
 
