@@ -62,6 +62,9 @@ def as_pytorch_computes(ep) -> None:
     * ``div(x, n, rounding_mode=...)`` of a floating-point tensor by a Python int divides by
       ``float(n)``: the importer made ``n`` an int32 constant and Relax rejected the mixed
       ``floor_divide`` (DETR's sine position embedding).
+    * ``grid_sample``'s grid goes in as ``[N, 2, H, W]``: the importer passed PyTorch's
+      ``[N, H, W, 2]`` grid to Relax's ``grid_sample``, whose shape inference and kernel read
+      ``[N, 2, H, W]`` (a wrong shape; Deformable DETR's attention failed to import).
     """
     import torch
 
@@ -73,6 +76,8 @@ def as_pytorch_computes(ep) -> None:
             _index_leading_axes(ep.graph, node)
         elif node.target is torch.ops.aten.arange.start_step:
             _arange_counting_up(ep.graph, node)
+        elif node.target is torch.ops.aten.grid_sampler_2d.default:
+            _grid_channels_first(ep.graph, node)
         elif node.target is torch.ops.aten.div.Tensor_mode and isinstance(node.args[1], int):
             val = getattr(node.args[0], "meta", {}).get("val")
             if val is not None and val.dtype.is_floating_point:  # the importer made the int an int32 constant
@@ -147,6 +152,21 @@ def _index_leading_axes(graph, node) -> None:
             out.meta["val"] = meta(rest[:k] + bshape + rest[k:])
     node.replace_all_uses_with(out)
     graph.erase_node(node)
+
+
+def _grid_channels_first(graph, node) -> None:
+    """``grid_sampler_2d(x, grid, ...)`` with ``grid`` permuted to ``[N, 2, H, W]`` (the layout
+    Relax's ``grid_sample`` takes; the two coordinates keep PyTorch's x, y order)."""
+    import torch
+
+    grid = node.args[1]
+    val = getattr(grid, "meta", {}).get("val")
+    if val is None or val.dim() != 4 or val.shape[-1] != 2:
+        return
+    with graph.inserting_before(node):
+        first = graph.call_function(torch.ops.aten.permute.default, (grid, [0, 3, 1, 2]))
+    first.meta["val"] = torch.empty([val.shape[0], 2, val.shape[1], val.shape[2]], dtype=val.dtype, device="meta")
+    node.args = (node.args[0], first, *node.args[2:])
 
 
 def _arange_counting_up(graph, node) -> None:

@@ -7,7 +7,7 @@ second of audio), and checks ext's output against PyTorch's: it finds what does 
 build or match, not what is slow. Each model runs in its own subprocess with a time limit, so
 a crash is one row.
 
-    python scripts/arch_sweep.py                          # all (about 15 minutes on 2 cores)
+    python scripts/arch_sweep.py                          # all 71 (about 25 minutes on 2 cores)
     python scripts/arch_sweep.py --models falcon detr     # some
 
 A row is ``ok`` when ``max |ext - torch| / max |torch|`` < 1e-4 and NaNs sit where PyTorch's
@@ -51,7 +51,21 @@ def architectures(t) -> dict:
         "rwkv": (t.RwkvConfig, t.RwkvModel, dict(hidden_size=64, num_hidden_layers=2, vocab_size=1000, attention_hidden_size=64, intermediate_size=128), "ids"),
         "xlnet": (t.XLNetConfig, t.XLNetModel, dict(d_model=64, n_layer=2, n_head=4, d_inner=128, vocab_size=1000), "ids"),
         "ctrl": (t.CTRLConfig, t.CTRLModel, dict(n_embd=64, n_layer=2, n_head=4, dff=128, vocab_size=1000), "ids"),
+        "gpt_bigcode": (t.GPTBigCodeConfig, t.GPTBigCodeModel, dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, multi_query=True), "ids"),
+        "qwen3": (t.Qwen3Config, t.Qwen3Model, dict(head_dim=16, num_key_value_heads=2, **TEXT), "ids"),
+        "phi3": (t.Phi3Config, t.Phi3Model, dict(num_key_value_heads=4, pad_token_id=0, **TEXT), "ids"),
+        "olmoe": (t.OlmoeConfig, t.OlmoeModel, dict(num_experts=4, num_experts_per_tok=2, **TEXT), "ids"),
+        "cohere": (t.CohereConfig, t.CohereModel, dict(num_key_value_heads=4, **TEXT), "ids"),
+        "falcon_mamba": (t.FalconMambaConfig, t.FalconMambaModel, dict(hidden_size=64, num_hidden_layers=2, vocab_size=1000, state_size=8), "ids"),
+        "recurrent_gemma": (t.RecurrentGemmaConfig, t.RecurrentGemmaModel, dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, intermediate_size=128, lru_width=64, vocab_size=1000, attention_window_size=8), "ids"),
+        "jamba": (t.JambaConfig, t.JambaModel, dict(num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=8, num_key_value_heads=2, use_mamba_kernels=False, **TEXT), "ids"),
+        "dbrx": (t.DbrxConfig, t.DbrxModel, dict(d_model=64, n_heads=4, n_layers=2, max_seq_len=64, vocab_size=1000, attn_config={"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0}, ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}), "ids"),
         # text encoders
+        "deberta": (t.DebertaConfig, t.DebertaModel, dict(relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16, **TEXT), "ids"),
+        "ibert": (t.IBertConfig, t.IBertModel, dict(quant_mode=False, **TEXT), "ids"),
+        "data2vec_text": (t.Data2VecTextConfig, t.Data2VecTextModel, TEXT, "ids"),
+        "megatron_bert": (t.MegatronBertConfig, t.MegatronBertModel, TEXT, "ids"),
+        "xlm_roberta": (t.XLMRobertaConfig, t.XLMRobertaModel, TEXT, "ids"),
         "squeezebert": (t.SqueezeBertConfig, t.SqueezeBertModel, dict(embedding_size=64, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2, intermediate_groups=4, output_groups=4, **TEXT), "ids"),
         "convbert": (t.ConvBertConfig, t.ConvBertModel, dict(embedding_size=64, **TEXT), "ids"),
         "fnet": (t.FNetConfig, t.FNetModel, dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=1000), "ids"),
@@ -78,7 +92,18 @@ def architectures(t) -> dict:
         "vitdet": (t.VitDetConfig, t.VitDetModel, dict(image_size=64, patch_size=8, pretrain_image_size=64, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, window_size=4, window_block_indices=[0], use_relative_position_embeddings=True), "image"),
         "detr": (t.DetrConfig, t.DetrModel, dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=t.ResNetConfig(embedding_size=16, out_features=["stage4"], **PYRAMID), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10), "image"),
         "upernet": (t.UperNetConfig, t.UperNetForSemanticSegmentation, dict(backbone_config=t.ConvNextConfig(out_features=["stage1", "stage2", "stage3", "stage4"], **PYRAMID), hidden_size=32, auxiliary_in_channels=64, num_labels=5), "image"),
+        "depth_anything": (t.DepthAnythingConfig, t.DepthAnythingForDepthEstimation, dict(backbone_config=t.Dinov2Config(image_size=56, patch_size=14, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, out_features=["stage1", "stage2", "stage3", "stage4"], reshape_hidden_states=False), reassemble_hidden_size=64, neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32, head_hidden_size=16, patch_size=14), "image56"),
+        "conditional_detr": (t.ConditionalDetrConfig, t.ConditionalDetrModel, dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=t.ResNetConfig(embedding_size=16, out_features=["stage4"], **PYRAMID), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10), "image"),
+        "vit_msn": (t.ViTMSNConfig, t.ViTMSNModel, dict(image_size=64, patch_size=8, **TEXT), "image"),
+        "imagegpt": (t.ImageGPTConfig, t.ImageGPTModel, dict(n_embd=64, n_layer=2, n_head=4, vocab_size=513, n_positions=64), "ids512"),
+        "timesformer": (t.TimesformerConfig, t.TimesformerModel, dict(image_size=32, patch_size=8, num_frames=4, **TEXT), "video"),
+        "videomae": (t.VideoMAEConfig, t.VideoMAEModel, dict(image_size=32, patch_size=8, num_frames=4, tubelet_size=2, **TEXT), "video"),
+        "bit": (t.BitConfig, t.BitModel, dict(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1], embedding_size=32, num_groups=4), "image"),
+        "deformable_detr": (t.DeformableDetrConfig, t.DeformableDetrModel, dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=t.ResNetConfig(embedding_size=16, out_features=["stage2", "stage3", "stage4"], **PYRAMID), d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=10, num_feature_levels=3, encoder_n_points=2, decoder_n_points=2), "image"),
+        "maskformer": (t.MaskFormerConfig, t.MaskFormerModel, dict(backbone_config=t.SwinConfig(image_size=64, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 2, 4, 8], window_size=2, out_features=["stage1", "stage2", "stage3", "stage4"]), decoder_config=t.DetrConfig(d_model=64, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=128), num_queries=10, fpn_feature_size=32, mask_feature_size=32), "image"),
         # audio
+        "wav2vec2_conformer": (t.Wav2Vec2ConformerConfig, t.Wav2Vec2ConformerModel, dict(position_embeddings_type="rotary", conv_depthwise_kernel_size=7, **WAV), "audio"),
+        "unispeech_sat": (t.UniSpeechSatConfig, t.UniSpeechSatModel, WAV, "audio"),
         "hubert": (t.HubertConfig, t.HubertModel, WAV, "audio"),
         "wavlm": (t.WavLMConfig, t.WavLMModel, dict(num_buckets=32, max_bucket_distance=64, **WAV), "audio"),
         "sew": (t.SEWConfig, t.SEWModel, dict(squeeze_factor=2, **WAV), "audio"),
@@ -93,8 +118,11 @@ def _inputs(kind: str):
 
     gen = torch.Generator().manual_seed(0)
     if kind.startswith("ids"):
+        if kind == "ids512":
+            return (torch.randint(0, 512, (1, 13), generator=gen),)
         return (torch.randint(3, 1000, (1, 16 if kind == "ids16" else 13), generator=gen),)
-    shapes = {"image": (1, 3, 64, 64), "audio": (1, 4000), "spectrogram": (1, 64, 32), "waveform": (1, 1, 800)}
+    shapes = {"image": (1, 3, 64, 64), "image56": (1, 3, 56, 56), "audio": (1, 4000), "spectrogram": (1, 64, 32),
+              "waveform": (1, 1, 800), "video": (1, 4, 3, 32, 32)}
     return (torch.randn(*shapes[kind], generator=gen),)
 
 

@@ -52,6 +52,12 @@ CASES = {
     # a float tensor divided by a Python int with rounding (DETR's sine position embedding)
     "div_rounding_by_int": (lambda: Call(lambda m, x: torch.div(x * 7, 2, rounding_mode="floor")
                                          + torch.div(x * 5, 3, rounding_mode="trunc")), [(3, 7)]),
+    # PyTorch's grid is [N, H, W, 2]; Relax's grid_sample reads [N, 2, H, W] (Deformable DETR)
+    "grid_sample_bilinear": (lambda: Call(lambda m, x, g: F.grid_sample(x, g, align_corners=False)), [(2, 3, 7, 9), (2, 5, 4, 2)]),
+    "grid_sample_border_aligned": (lambda: Call(lambda m, x, g: F.grid_sample(x, g, padding_mode="border", align_corners=True)),
+                                   [(1, 2, 6, 5), (1, 3, 7, 2)]),
+    "grid_sample_nearest": (lambda: Call(lambda m, x, g: F.grid_sample(x, g, mode="nearest", align_corners=False)),
+                            [(1, 4, 5, 8), (1, 6, 3, 2)]),
     # Relax's arange miscounts some negative steps (arange(16, -16, -1): 34 elements)
     "arange_down": (lambda: Call(lambda m, x: x + torch.arange(16, -16, -1) + torch.arange(2.5, -13.5, -0.5)),
                     [(2, 32)]),
