@@ -115,23 +115,22 @@ def architectures(t) -> dict:
 
 
 def _inputs(kind: str):
+    """The example inputs of an input kind (token ids: 13 tokens, 16 for ``ids16``)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)
     if kind.startswith("ids"):
-        if kind == "ids512":
-            return (torch.randint(0, 512, (1, 13), generator=gen),)
-        return (torch.randint(3, 1000, (1, 16 if kind == "ids16" else 13), generator=gen),)
+        return _text_ids(kind, 16 if kind == "ids16" else 13, seed=0)
     shapes = {"image": (1, 3, 64, 64), "image56": (1, 3, 56, 56), "audio": (1, 4000), "spectrogram": (1, 64, 32),
               "waveform": (1, 1, 800), "video": (1, 4, 3, 32, 32)}
-    return (torch.randn(*shapes[kind], generator=gen),)
+    return (torch.randn(*shapes[kind], generator=torch.Generator().manual_seed(0)),)
 
 
-def _text_ids(kind: str, length: int):
+def _text_ids(kind: str, length: int, seed: int):
+    """``length`` token ids of a text kind's vocabulary (``ids512``: 0..511; others 3..999)."""
     import torch
 
     vocab, low = (512, 0) if kind == "ids512" else (1000, 3)
-    return (torch.randint(low, vocab, (1, length), generator=torch.Generator().manual_seed(length)),)
+    return (torch.randint(low, vocab, (1, length), generator=torch.Generator().manual_seed(seed)),)
 
 
 def run_one(name: str, symbolic: bool = False) -> str:
@@ -156,7 +155,7 @@ def run_one(name: str, symbolic: bool = False) -> str:
         cfg.use_cache = False
     model = _Output(model_cls(cfg).eval()).eval()
     inputs = _inputs(kind)
-    checks = [inputs] + ([_text_ids(kind, n) for n in (5, 29)] if symbolic else [])
+    checks = [inputs] + ([_text_ids(kind, n, seed=n) for n in (5, 29)] if symbolic else [])
     dynamic = ({1: torch.export.Dim("seq", min=2, max=64)},) if symbolic else None
     stage = "import"
     try:

@@ -338,32 +338,11 @@ def run_metaschedule(args, budget: float, extra: float = 0.0):
 SETTLE_S = 0.3
 
 
-def timed_rounds(contenders: dict, reference: str, rounds: int = 9, min_seconds: float = 0.1) -> dict:
-    """Median seconds and median per-round time ratio to ``reference`` of each contender.
-
-    Each round times every contender with a short burst (``ext.bench.burst``), in an order
-    rotated by one each round, with ``SETTLE_S`` of idle time before each burst.
-    """
-    import statistics
-
-    from ext.bench import burst
-
-    names = list(contenders)
-    times = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            time.sleep(SETTLE_S)
-            times[n].append(burst(contenders[n], min_seconds))
-    ref = times[reference]
-    return {n: {"median_s": statistics.median(ts), "ratio": statistics.median(t / q for t, q in zip(ts, ref))}
-            for n, ts in times.items()}
-
-
 def compare(args, mod, inputs, reference, target, budget: float) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from ext.bench import gflops
+    from ext.bench import gflops, interleaved
 
     snaps = run_metaschedule(args, budget, args.ms_extra_seconds)
     dev = tvm.cpu()
@@ -389,13 +368,15 @@ def compare(args, mod, inputs, reference, target, budget: float) -> None:
         err = float(np.abs(out - expect).max())
         print(f"  {name}: max abs error vs {'numpy' if reference else 'ext untuned'} {err:.2e}")
     ref_name = "numpy" if reference is not None else "ext untuned"
-    res = timed_rounds(contenders, ref_name, rounds=9)
+    # every round kept (medians and per-round ratios over all 9), contender order rotated by one each round
+    res = interleaved(contenders, ref_name, rounds=9, min_seconds=0.1, settle=SETTLE_S, rotate=True)
     flops = sum(t.workload.flops * t.uses for t in ext.tuning.extract_tasks(mod, target))
     print(f"\nsame process, 9 rounds, contender order rotated each round, {SETTLE_S:.1f} s idle between "
           "contenders; MetaSchedule records: " + ", ".join(f"{n} at {label.split()[1]}" for label, _, n in snaps))
     print(f"{'contender':18s} {'ms':>9s} {'GFLOPS':>8s} {'time / ' + ref_name:>16s}")
     for name, r in res.items():
-        print(f"{name:18s} {r['median_s'] * 1e3:9.3f} {gflops(flops, r['median_s']):8.1f} {r['ratio']:16.3f}")
+        sec = r["median_all_s"]
+        print(f"{name:18s} {sec * 1e3:9.3f} {gflops(flops, sec):8.1f} {r['ratio_all']:16.3f}")
 
 
 if __name__ == "__main__":
