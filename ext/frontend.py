@@ -24,6 +24,7 @@ import re
 from tvm import relax
 
 from .torch_fixes import as_pytorch_computes, exportable_experts
+from .torch_importer import Importer
 
 
 class UnsupportedOperatorError(ValueError):
@@ -53,7 +54,6 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     ``(mod, weights)``: the weights as NumPy arrays in the order ``main`` takes them.
     """
     import torch
-    from tvm.relax.frontend.torch import from_exported_program
 
     if isinstance(example_inputs, list):  # a list of tensors, as zoo_model returns: the inputs
         example_inputs = tuple(example_inputs)
@@ -66,8 +66,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         ep = ep.run_decompositions()  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
     try:
-        mod = from_exported_program(ep, keep_params_as_input=keep_params_as_input, unwrap_unit_return_tuple=True,
-                                    run_ep_decomposition=False)
+        mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
     except TypeError as err:
         half = _half_dtype(module, example_inputs)
         if half is None or keep_params_as_input or "same datatype" not in str(err):

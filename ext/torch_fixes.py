@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 #: transformers' mixture-of-experts layers run their experts with ``grouped_mm`` by default:
 #: tokens sorted by expert, offsets counted with ``histc``, a custom op over data-dependent
@@ -65,8 +66,17 @@ def as_pytorch_computes(ep) -> None:
     * ``grid_sample``'s grid goes in as ``[N, 2, H, W]``: the importer passed PyTorch's
       ``[N, H, W, 2]`` grid to Relax's ``grid_sample``, whose shape inference and kernel read
       ``[N, 2, H, W]`` (a wrong shape; Deformable DETR's attention failed to import).
+    * ``.item()`` of a 0-d tensor computed from a symbolic size by ``+ - *`` (DeBERTa's relative
+      attention span ``min(seq, 16)``, as ``scalar_tensor`` arithmetic, then slice bounds) is
+      that arithmetic on the size itself: ``torch.export`` gave the item a fresh unbounded
+      symbol, which the importer cannot translate. The runtime assertions left on such symbols
+      go too (the importer passes ``_assert_scalar`` through unchecked anyway).
+    * ``repeat`` by a symbolic count of axes of size 1 is that ``expand``: Relax's ``tile``
+      takes only fixed counts (DeBERTa's relative positions, ``arange(seq).repeat(seq, 1)``).
     """
     import torch
+
+    _items_as_symbols(ep.graph)
 
     for node in list(ep.graph.nodes):
         if node.op != "call_function":
@@ -76,6 +86,8 @@ def as_pytorch_computes(ep) -> None:
             _index_leading_axes(ep.graph, node)
         elif node.target is torch.ops.aten.arange.start_step:
             _arange_counting_up(ep.graph, node)
+        elif node.target is torch.ops.aten.repeat.default:
+            _repeat_as_expand(node)
         elif node.target is torch.ops.aten.grid_sampler_2d.default:
             _grid_channels_first(ep.graph, node)
         elif node.target is torch.ops.aten.div.Tensor_mode and isinstance(node.args[1], int):
@@ -167,6 +179,76 @@ def _grid_channels_first(graph, node) -> None:
         first = graph.call_function(torch.ops.aten.permute.default, (grid, [0, 3, 1, 2]))
     first.meta["val"] = torch.empty([val.shape[0], 2, val.shape[1], val.shape[2]], dtype=val.dtype, device="meta")
     node.args = (node.args[0], first, *node.args[2:])
+
+
+_SCALAR_MATH = {"add.Tensor": operator.add, "sub.Tensor": operator.sub, "mul.Tensor": operator.mul}
+
+
+def _symbolic(graph, arg, made: dict):
+    """``arg`` (a 0-d integer tensor node or a number) as a size-arithmetic node or int, or None."""
+    import torch
+
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return arg
+    if arg in made:
+        return made[arg]
+    if getattr(arg, "op", None) != "call_function":
+        return None
+    if arg.target is torch.ops.aten.scalar_tensor.default:
+        value = arg.args[0]
+        ok = isinstance(value, int) or (getattr(value, "op", None) == "call_function"
+                                        and isinstance(value.meta.get("val"), torch.SymInt))
+        made[arg] = value if ok else None
+        return made[arg]
+    fn = _SCALAR_MATH.get(getattr(arg.target, "__name__", ""))
+    terms = [_symbolic(graph, a, made) for a in arg.args] if fn is not None and len(arg.args) == 2 else [None]
+    if any(t is None for t in terms):
+        made[arg] = None
+        return None
+    with graph.inserting_after(max((t for t in terms if not isinstance(t, int)), key=_position, default=arg)):
+        out = graph.call_function(fn, tuple(terms))
+    out.meta["val"] = fn(*[t if isinstance(t, int) else t.meta["val"] for t in terms])
+    made[arg] = out
+    return out
+
+
+def _position(node) -> int:
+    return next(i for i, n in enumerate(node.graph.nodes) if n is node)
+
+
+def _items_as_symbols(graph) -> None:
+    """``_local_scalar_dense(t)`` -> the size arithmetic ``t`` was computed by (see above)."""
+    import torch
+
+    made: dict = {}
+    items = [n for n in graph.nodes if n.target is torch.ops.aten._local_scalar_dense.default]
+    replaced = False
+    for node in items:
+        expr = _symbolic(graph, node.args[0], made)
+        if expr is not None and not isinstance(expr, int):
+            node.replace_all_uses_with(expr)
+            replaced = True
+    if not replaced:
+        return
+    for node in [n for n in graph.nodes if n.target is torch.ops.aten._assert_scalar.default]:
+        graph.erase_node(node)
+    graph.eliminate_dead_code()
+
+
+def _repeat_as_expand(node) -> None:
+    """``repeat(x, counts)`` with symbolic counts -> ``expand`` when only axes of size 1 repeat."""
+    import torch
+
+    val, counts = node.args[0].meta.get("val"), list(node.args[1])
+    if val is None or all(isinstance(c, int) for c in counts) or len(counts) < val.dim():
+        return
+    lead = len(counts) - val.dim()
+    dims = [1] * lead + list(val.shape)
+    if any(not (isinstance(c, int) and c == 1) and not (isinstance(d, int) and d == 1) for c, d in zip(counts, dims)):
+        return
+    node.target = torch.ops.aten.expand.default
+    node.args = (node.args[0], [c if (i < lead or (isinstance(d, int) and d == 1)) else -1
+                                for i, (c, d) in enumerate(zip(counts, dims))])
 
 
 def _arange_counting_up(graph, node) -> None:

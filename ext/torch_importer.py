@@ -1,0 +1,119 @@
+"""TVM's ``torch.export`` importer with the range facts of symbolic shapes put to use.
+
+``torch.export`` records a range for every symbolic size (``Dim("seq", min=2, max=64)``), and
+its graph slices and reshapes with those symbols. The stock importer translates each call
+without the ranges, and two cases then break models with a symbolic sequence length:
+
+* ``x[:, :seq]`` of a fixed-size buffer (``position_ids[:, :seq]`` of 512 rows) becomes
+  ``strided_slice`` with the end clipped: shape ``min(seq, 512)``, which the following add with a
+  ``seq``-long tensor cannot match, so the sum lost its shape and the next conv failed
+  (SqueezeBERT, ConvBERT). When the recorded range proves ``0 <= start <= end <= size`` the
+  slice is emitted with ``assume_inbound``: shape ``end - start``.
+* A reshape whose target equals the input's shape is skipped; the stock check compared the two
+  shapes with Python ``==``, which is not a truth value for symbolic sizes (GPTBigCode's
+  ``view``). Here the check is structural.
+* ``torch.sym_min`` / ``sym_max`` of sizes (DeBERTa's ``min(seq, 16)``) translate to
+  ``tirx.min`` / ``max``; the stock table lacks them, and ``scalar_tensor`` of such a size is
+  a 0-d tensor holding it (the stock one made only constants).
+
+``Importer(ep).from_exported_program(ep, ...)`` is the stock entry's translation step; the
+decomposition ``from_torch`` runs itself first.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm_ffi import structural_equal
+from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+
+def _value_range(arg, ranges):
+    """(lower, upper) of a slice bound: an int, a symbolic size node, or None (unknown)."""
+    if isinstance(arg, int):
+        return arg, arg
+    val = getattr(arg, "meta", {}).get("val")
+    expr = getattr(getattr(val, "node", None), "expr", None)
+    if expr is None:
+        return None
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    try:
+        found = bound_sympy(expr, ranges)
+        return int(found.lower), int(found.upper)
+    except (TypeError, ValueError, OverflowError):  # unbounded (int_oo) or not an integer range
+        return None
+
+
+def _symbolic(value) -> bool:
+    """A size expression with symbols (not a constant, not a tensor)."""
+    return tvm.ir.is_prim_expr(value) and not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
+
+
+class Importer(ExportedProgramImporter):
+    """The stock importer, with symbolic slices and reshapes translated by their ranges."""
+
+    def __init__(self, ep):
+        super().__init__()
+        self._ranges = dict(getattr(ep, "range_constraints", {}) or {})
+
+    def create_convert_map(self):
+        table = super().create_convert_map()
+        for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
+            table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
+        return table
+
+    def _size_tensor(self, value, dtype: str):
+        """A 0-d ``dtype`` tensor holding the symbolic size ``value``."""
+        bb = self.block_builder
+        vec = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
+        return bb.emit(relax.op.astype(bb.emit(relax.op.reshape(vec, [])), dtype))
+
+    def _scalar_tensor(self, node):
+        value = self.retrieve_args(node)[0]
+        if not _symbolic(value):
+            return super()._scalar_tensor(node)
+        import torch
+
+        return self._size_tensor(value, self._convert_data_type(node.kwargs.get("dtype", torch.get_default_dtype()),
+                                                                self.env))
+
+    def _clamp(self, node):
+        args = list(self.retrieve_args(node)) + [None, None]
+        x, low, high = args[0], node.kwargs.get("min", args[1]), node.kwargs.get("max", args[2])
+        if not (_symbolic(low) or _symbolic(high)):
+            return super()._clamp(node)
+        bb, dtype = self.block_builder, x.ty.dtype
+        for bound, op in ((low, relax.op.maximum), (high, relax.op.minimum)):
+            if bound is not None:
+                bound = self._size_tensor(bound, dtype) if _symbolic(bound) else (
+                    bound if isinstance(bound, relax.Expr) else relax.const(bound, dtype))
+                x = bb.emit(op(x, bound))
+        return x
+
+    def _slice(self, node):
+        args = list(node.args) + [None] * (5 - len(node.args))
+        dim, start, end, step = (args[1] or 0), args[2], args[3], (1 if args[4] is None else args[4])
+        x = self.env[args[0]]
+        shape = x.ty.shape if isinstance(x.ty, relax.TensorType) else None
+        size = shape[dim % len(shape)] if shape is not None and isinstance(dim, int) else None
+        bounds = (_value_range(0 if start is None else start, self._ranges), _value_range(end, self._ranges))
+        if (step == 1 and isinstance(size, tvm.tirx.IntImm) and None not in bounds
+                and not isinstance(end, int) and 0 <= bounds[0][0] and bounds[0][1] <= bounds[1][0]
+                and bounds[1][1] <= int(size)):
+            begin = 0 if start is None else (start if isinstance(start, int) else self.env[start])
+            return self.block_builder.emit(relax.op.strided_slice(x, [dim % len(shape)], [begin], [self.env[end]], [1],
+                                                                  assume_inbound=True))
+        return super()._slice(node)
+
+    def _reshape(self, node):
+        import torch
+
+        args = self.retrieve_args(node)
+        x = args[0]
+        dims = args[1] if isinstance(args[1], (torch.Size, tuple, list)) else args[1:]
+        shape = self.shape_of(x)
+        if shape is not None and len(shape) == len(dims) and all(
+                structural_equal(a, tvm.tirx.IntImm("int64", b) if isinstance(b, int) else b)
+                for a, b in zip(shape, dims)):
+            return x
+        return self._emit_torch_reshape(x, dims)

@@ -1,0 +1,82 @@
+"""``from_torch`` with a symbolic sequence length: the size arithmetic transformers models do
+(slices of fixed tables, identity views, ``min(seq, n)`` as a tensor, ``repeat`` by the length)
+imports with the lengths known and runs like PyTorch at several lengths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import ext
+from ext.testing import assert_close
+
+torch = pytest.importorskip("torch")
+LENGTHS = (2, 5, 11, 23)
+
+
+class TableSlice(torch.nn.Module):
+    """``x + table[:, :seq]`` (a position table of 24 rows), then a 1x1 conv1d over the sum:
+    the conv needs the sum's shape, which a clipped slice (``min(seq, 24)``) lost."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(1, 24, 8))
+        self.conv = torch.nn.Conv1d(8, 6, 1)
+
+    def forward(self, x):
+        y = x + self.table[:, : x.shape[1]]
+        return self.conv(y.transpose(1, 2))
+
+
+class HeadsView(torch.nn.Module):
+    """Split and merge heads with views naming the symbolic length, from a tensor with the
+    length at another axis (the stock importer's identity check compared ``1 == seq``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.proj(x).unsqueeze(1).view(b, s, 8)
+        heads = h.unsqueeze(1).view(b, s, 2, 4).transpose(1, 2)
+        return torch.softmax(heads, dim=-1).transpose(1, 2).reshape(b, s, 8)
+
+
+class RelativeSpan(torch.nn.Module):
+    """DeBERTa's relative attention positions: ``span = tensor(min(seq, 4))``, table rows
+    ``[4 - span, 4 + span)``, positions ``arange(seq)`` repeated ``seq`` times and clamped to
+    ``[0, 2 * span - 1]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.rel = torch.nn.Parameter(torch.randn(8, 6))
+
+    def forward(self, x):
+        s = x.shape[1]
+        span = torch.tensor(min(s, 4))
+        rows = self.rel[4 - span: 4 + span, :]
+        ids = torch.arange(s)
+        rel_pos = ids[:, None] - ids.view(1, -1).repeat(s, 1)
+        pos = torch.clamp(rel_pos + span, 0, span * 2 - 1)
+        scores = x @ rows.t()  # [1, s, 2 * span]
+        return torch.gather(scores, -1, pos[None].expand(x.shape[0], s, s)) + x.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("module", [TableSlice, HeadsView, RelativeSpan], ids=lambda m: m.__name__)
+def test_symbolic_length_imports_and_matches_pytorch(module, cpu_target):
+    torch.manual_seed(0)
+    net = module().eval()
+    width = 6 if module is RelativeSpan else 8
+    seq = torch.export.Dim("seq", min=2, max=24)
+    mod = ext.frontend.from_torch(net, (torch.randn(1, 7, width),), dynamic_shapes=({1: seq},))
+    ex = ext.build(mod, cpu_target, cache=False, verbose=False)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for length in LENGTHS:
+        x = torch.randn(1, length, width, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            want = net(x).numpy()
+        got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+        assert got.shape == want.shape, (length, got.shape, want.shape)
+        assert_close(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), what=f"seq {length}")
