@@ -178,10 +178,15 @@ def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None, *
     import tvm
     from tvm.relax.frontend.onnx import from_onnx as _from_onnx
 
+    from .onnx_fixes import prepare
+    from .onnx_importer import converters
+
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(str(model))
+    model = prepare(model, shape_dict)
     try:
-        mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=keep_params_as_input)
+        with converters():
+            mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=keep_params_as_input)
     except tvm.error.OpNotImplemented as err:
         text = str(err).split("frontend ONNX:", 1)[-1].splitlines()[0]
         raise UnsupportedOperatorError("ONNX", [s.strip() for s in text.split(",") if s.strip()]) from None

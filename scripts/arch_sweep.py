@@ -10,10 +10,17 @@ a crash is one row.
     python scripts/arch_sweep.py                          # all 71 (about 25 minutes on 2 cores)
     python scripts/arch_sweep.py --models falcon detr     # some
     python scripts/arch_sweep.py --symbolic               # text models, symbolic sequence length
+    python scripts/arch_sweep.py --onnx dynamo            # through an ONNX file and ext.frontend.from_onnx
 
 A row is ``ok`` when ``max |ext - torch| / max |torch|`` < 1e-4 and NaNs sit where PyTorch's
 are; ``WRONG`` otherwise; ``FAIL[stage]`` names the stage (import, build, run) and the error;
 ``TORCH`` means ``torch.export`` itself refused the model (e.g. a data-dependent shape).
+With ``--onnx dynamo|torchscript`` the model goes through ``torch.onnx.export`` (``dynamo``:
+PyTorch's default exporter, ``torch.export``-based; ``torchscript``: the older one, opset 17, as
+``ext.bench`` exports for onnxruntime; ``--symbolic``: the length a named ONNX axis) and
+``from_onnx`` instead of ``from_torch``: ``EXPORT`` means the exporter refused the model. Where
+the file computes unlike PyTorch, ext is checked against onnxruntime on the same file, and the
+row says so.
 """
 from __future__ import annotations
 
@@ -133,18 +140,63 @@ def _text_ids(kind: str, length: int, seed: int):
     return (torch.randint(low, vocab, (1, length), generator=torch.Generator().manual_seed(seed)),)
 
 
-def run_one(name: str, symbolic: bool = False) -> str:
+def _onnx_file(model, inputs, symbolic: bool, exporter: str) -> bytes:
+    """``model`` exported to ONNX in memory: ``"torchscript"`` (opset 17, as ``ext.bench`` exports
+    for onnxruntime) or ``"dynamo"`` (``torch.export``-based, PyTorch's default exporter)."""
+    import io
+
+    import torch
+
+    from ext.torch_fixes import exportable_experts
+
+    try:
+        with torch.no_grad(), exportable_experts(model):  # MoE experts as from_torch exports them
+            if exporter == "dynamo":
+                dynamic = ({1: torch.export.Dim("seq", min=2, max=64)},) if symbolic else None
+                return torch.onnx.export(model, inputs, input_names=["x"], dynamo=True, verbose=False,
+                                         dynamic_shapes=dynamic).model_proto.SerializeToString()
+            buf = io.BytesIO()
+            torch.onnx.export(model, inputs, buf, opset_version=17, input_names=["x"], dynamo=False,
+                              dynamic_axes={"x": {1: "seq"}} if symbolic else None)
+            return buf.getvalue()
+    except Exception as err:  # noqa: BLE001 - the exporter's refusal is the row
+        raise _ExportRefused(f"{type(err).__name__}: {err}") from None
+
+
+class _ExportRefused(Exception):
+    """``torch.onnx.export`` refused the model."""
+
+
+def _error(got, want) -> tuple[float, bool]:
+    """(max |got - want| / max |want|, NaNs in the same places)."""
+    import numpy as np
+
+    err = float(np.nanmax(np.abs(got.astype("float64") - want)) / max(float(np.nanmax(np.abs(want))), 1e-30))
+    return err, bool(np.array_equal(np.isnan(got), np.isnan(want)))
+
+
+def _onnxruntime_outputs(data: bytes, checks) -> list:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return [sess.run(None, {"x": xs[0].numpy()})[0] for xs in checks]
+
+
+def run_one(name: str, symbolic: bool = False, exporter: str | None = None) -> str:
     """One row: import, build, run, compare (in this process). ``symbolic``: a text model's
-    sequence length is a symbol (2..64), checked at the example length and at 5 and 29."""
+    sequence length is a symbol (2..64), checked at the example length and at 5 and 29;
+    ``exporter``: imported with ``from_onnx`` from that ONNX exporter's file instead of
+    ``from_torch``. Where the file itself computes unlike PyTorch, onnxruntime on the same file
+    is the reference (the row says so)."""
     os.environ.setdefault("EXT_CACHE", "0")
     import ext  # first: sets TVM_NUM_THREADS
-    import numpy as np
+    import onnx
     import torch
     import transformers
     import tvm
     from tvm import relax
 
-    from ext.frontend import from_torch
+    from ext.frontend import from_onnx, from_torch
 
     cfg_cls, model_cls, kw, kind = architectures(transformers)[name]
     if symbolic and not kind.startswith("ids"):
@@ -160,7 +212,8 @@ def run_one(name: str, symbolic: bool = False) -> str:
     stage = "import"
     try:
         start = time.time()
-        mod = from_torch(model, inputs, dynamic_shapes=dynamic)
+        data = _onnx_file(model, inputs, symbolic, exporter) if exporter else None
+        mod = from_onnx(onnx.load_from_string(data)) if data else from_torch(model, inputs, dynamic_shapes=dynamic)
         stage = "build"
         ex = ext.build(mod, ext.target.cpu(), verbose=False)
         seconds = time.time() - start
@@ -171,18 +224,25 @@ def run_one(name: str, symbolic: bool = False) -> str:
             out = vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in xs])
             with torch.no_grad():
                 pairs.append(((out if hasattr(out, "numpy") else out[0]).numpy(), model(*xs).float().numpy()))
+    except _ExportRefused as err:
+        return f"EXPORT {str(err).splitlines()[0][:200]}"
     except Exception as err:  # noqa: BLE001 - the row reports it
         first = str(err).splitlines()[0][:200] if str(err) else ""
         export = stage == "import" and "torch" in type(err).__module__
         return f"{'TORCH' if export else f'FAIL[{stage}]'} {type(err).__name__}: {first}"
-    worst, nan_ok = 0.0, True
-    for got, want in pairs:
-        if got.shape != want.shape:
-            return f"WRONG shape {got.shape} vs {want.shape}"
-        err = float(np.nanmax(np.abs(got.astype("float64") - want)) / max(float(np.nanmax(np.abs(want))), 1e-30))
-        worst, nan_ok = max(worst, err), nan_ok and np.array_equal(np.isnan(got), np.isnan(want))
+    if any(got.shape != want.shape for got, want in pairs):
+        return "WRONG shape " + ", ".join(f"{g.shape} vs {w.shape}" for g, w in pairs)
+    errs = [_error(got, want) for got, want in pairs]
+    worst, nan_ok = max(e for e, _ in errs), all(same for _, same in errs)
     ok = worst < TOLERANCE and nan_ok
-    return f"{'ok' if ok else 'WRONG'} import+build {seconds:.1f} s, error {worst:.1e}" + ("" if nan_ok else ", NaNs differ")
+    note = ""
+    if not ok and data:  # does the ONNX file itself compute unlike PyTorch?
+        ort = [_error(got, ref) for (got, _), ref in zip(pairs, _onnxruntime_outputs(data, checks))]
+        if max(e for e, _ in ort) < TOLERANCE and all(same for _, same in ort):
+            ok, note = True, f" against onnxruntime on the file (the file differs from PyTorch by {worst:.1e})"
+            worst = max(e for e, _ in ort)
+    return f"{'ok' if ok else 'WRONG'} import+build {seconds:.1f} s, error {worst:.1e}{note}" + (
+        "" if nan_ok or note else ", NaNs differ")
 
 
 def _output_class():
@@ -216,10 +276,12 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600, help="seconds per model (default 600)")
     p.add_argument("--symbolic", action="store_true",
                    help="text models with a symbolic sequence length (2..64), checked at 3 lengths")
+    p.add_argument("--onnx", choices=("torchscript", "dynamo"),
+                   help="export to ONNX with this exporter and import with from_onnx")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
     args = p.parse_args(argv)
     if args.one:
-        print(run_one(args.one, args.symbolic), flush=True)
+        print(run_one(args.one, args.symbolic, args.onnx), flush=True)
         return 0
     import transformers
 
@@ -231,7 +293,8 @@ def main(argv=None) -> int:
     rows = {}
     for name in names:
         try:
-            cmd = [sys.executable, os.path.abspath(__file__), "--one", name] + (["--symbolic"] if args.symbolic else [])
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", name] + (["--symbolic"] if args.symbolic else []) \
+                + (["--onnx", args.onnx] if args.onnx else [])
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
             rows[name] = lines[-1] if lines and res.returncode == 0 else \

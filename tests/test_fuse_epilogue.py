@@ -1,6 +1,7 @@
 """FuseEpilogues: before/after modules compared structurally."""
 from __future__ import annotations
 
+import pytest
 import tvm
 from tvm.script import ir as I, relax as R
 
@@ -178,6 +179,45 @@ def test_gelu_written_out_becomes_the_gelu_tanh_epilogue():
     assert "gelu_tanh" in text and "R.power" not in text and "R.tanh" not in text, text
     ex = ext.build(mod, ext.target.cpu(), cache=False, verbose=False)
     assert any("gelu_tanh" in d.workload.epilogue for d in ext.last_report().find("matmul"))
+    got = tvm.relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    with torch.no_grad():
+        ref = Net()(x).numpy()
+    assert np.isnan(got[0]).all() and np.isnan(ref[0]).all()
+    np.testing.assert_allclose(got[1:], ref[1:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["onnx_export", "half_first", "times_inverse_root"])
+def test_gelu_erf_written_out_becomes_the_gelu_epilogue(form):
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` in the orders exporters and models write it (the
+    ONNX file of ``nn.GELU()`` holds ``((x * (erf(x / 1.4142135) + 1)) * 0.5``) is one ``gelu``,
+    fused into the matmul; NaN stays NaN."""
+    import math
+
+    import numpy as np
+    import torch
+
+    import ext
+    from ext.frontend import from_torch
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 40)
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            y = lin(x)
+            if form == "onnx_export":
+                return (y * (torch.erf(y / 1.4142135381698608) + 1.0)) * 0.5
+            if form == "half_first":
+                return y * 0.5 * (1.0 + torch.erf(y / math.sqrt(2.0)))
+            return (y * 0.5) * (torch.erf(y * (1.0 / math.sqrt(2.0))) + 1.0)
+
+    x = torch.randn(3, 24)
+    x[0, 0] = float("nan")
+    mod = from_torch(Net().eval(), (x,))
+    ex = ext.build(mod, ext.target.cpu(), cache=False, verbose=False)
+    report = ext.last_report()
+    assert any("gelu" in d.workload.epilogue for d in report.find("matmul")), report
+    assert not report.find_stock("relax.erf"), report
     got = tvm.relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
     with torch.no_grad():
         ref = Net()(x).numpy()

@@ -1,0 +1,216 @@
+"""``from_onnx`` on the graph shapes PyTorch's ONNX exporters write: shape arithmetic of static
+shapes (folded at import, ``ext.onnx_fixes``), an ``If`` on a shape test, a ``GridSample`` grid
+of another float type, a symbolic input that must stay symbolic; and the ops whose stock
+converters hid them from ext's passes (``ext.onnx_importer``: ``Clip``, ``Pad``, ``Einsum``).
+Each model is built and run against NumPy (or PyTorch for ``grid_sample``)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import ext
+from ext.testing import assert_close
+
+onnx = pytest.importorskip("onnx")
+helper, TP = onnx.helper, onnx.TensorProto
+
+
+def _const(name: str, values, dtype=np.int64):
+    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(values, dtype), name))
+
+
+def _model(nodes, inputs, out_name: str, out_type=TP.FLOAT):
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out_name, out_type, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _run(model, *arrays):
+    ex = ext.build(ext.frontend.from_onnx(model), ext.target.cpu(), cache=False, verbose=False)
+    return relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+
+
+def _x(*shape):
+    return np.random.default_rng(len(shape)).standard_normal(shape).astype("float32")
+
+
+def test_constant_of_the_empty_shape_is_a_scalar():
+    """``ConstantOfShape([])``: a 0-d tensor (PyTorch's exporter writes it for attention-mask
+    constants; the importer broadcast the 1-element value to rank 0 and failed)."""
+    nodes = [_const("empty", np.zeros((0,))),
+             helper.make_node("ConstantOfShape", ["empty"], ["c"],
+                              value=onnx.numpy_helper.from_array(np.array([1.5], "float32"))),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])], "y")
+    x = _x(2, 3)
+    assert_close(_run(model, x), x + 1.5, rtol=0, atol=0, what="x + 0-d constant")
+
+
+def test_pads_computed_from_a_static_shape():
+    """``Pad`` whose pads come from ``Shape`` arithmetic ("Dynamic pads are not supported yet"):
+    pad H to a multiple of 4 and W by one on each side."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             _const("i2", [2]), helper.make_node("Gather", ["s", "i2"], ["h"], axis=0),
+             _const("four", [4]), helper.make_node("Mod", ["h", "four"], ["hm"]),
+             helper.make_node("Sub", ["four", "hm"], ["hpad"]),
+             _const("zeros3", [0, 0, 0]), _const("one", [1]),
+             helper.make_node("Concat", ["zeros3", "one", "zeros3", "one"], ["p0"], axis=0),
+             _const("mask", [0, 0, 0, 0, 0, 0, 1, 0]),
+             helper.make_node("Mul", ["mask", "hpad"], ["hp"]),
+             helper.make_node("Add", ["p0", "hp"], ["pads"]),
+             helper.make_node("Pad", ["x", "pads"], ["y"], mode="constant")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 2, 5, 6])], "y")
+    x = _x(1, 2, 5, 6)
+    want = np.pad(x, [(0, 0), (0, 0), (0, 3), (1, 1)])
+    got = _run(model, x)
+    assert got.shape == want.shape
+    assert_close(got, want, rtol=0, atol=0, what="padded")
+
+
+def _if_model(cond_nodes, height: int):
+    """``y = If(cond, 2 * r, r)`` with ``r = Relu(x)`` read by the branches from outside."""
+    two = onnx.numpy_helper.from_array(np.array(2.0, "float32"), "two")
+    then = helper.make_graph([helper.make_node("Constant", [], ["two"], value=two),
+                              helper.make_node("Mul", ["r", "two"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TP.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["r"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TP.FLOAT, None)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), *cond_nodes,
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, height])], "y")
+
+
+@pytest.mark.parametrize("height,scale", [(5, 2.0), (3, 1.0)])
+def test_if_on_a_static_shape_takes_its_branch(height, scale):
+    """``If (H > 4)`` (window padding in ViTDet): the branch taken replaces the ``If``."""
+    model = _if_model([helper.make_node("Shape", ["x"], ["s"]), _const("i1", 1),
+                       helper.make_node("Gather", ["s", "i1"], ["h"], axis=0), _const("four", 4),
+                       helper.make_node("Greater", ["h", "four"], ["cond"])], height)
+    from ext.onnx_fixes import prepare
+
+    assert "If" not in [n.op_type for n in prepare(model).graph.node]
+    x = _x(2, height)
+    assert_close(_run(model, x), np.maximum(x, 0) * scale, rtol=0, atol=0, what="branch")
+
+
+def test_if_on_input_values_keeps_what_its_branches_read():
+    """An ``If`` on input values stays; ``r``, read only inside its branches, is not dropped as
+    dead when folding elsewhere rewrites the graph."""
+    model = _if_model([helper.make_node("Shape", ["x"], ["s"]),  # something to fold
+                       helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                       helper.make_node("Cast", ["s"], ["sf"], to=TP.FLOAT),
+                       helper.make_node("ReduceSum", ["sf"], ["bound"], keepdims=0),
+                       helper.make_node("Greater", ["total", "bound"], ["cond"])], 4)
+    from ext.onnx_fixes import prepare
+
+    folded = prepare(model)
+    assert "Relu" in [n.op_type for n in folded.graph.node] and "Shape" not in [n.op_type for n in folded.graph.node]
+    for x in (_x(2, 4) * 0.1, _x(2, 4) + 3):
+        want = np.maximum(x, 0) * (2.0 if x.sum() > 6 else 1.0)
+        assert_close(_run(model, x), want, rtol=0, atol=0, what="branch on values")
+
+
+def test_grid_sample_with_a_double_grid():
+    """``GridSample(float32 data, float64 grid)`` times float32 weights (Deformable DETR's
+    export): the grid is cast to the data's type; the build failed on a float64 x float32
+    multiply."""
+    torch = pytest.importorskip("torch")
+    nodes = [helper.make_node("GridSample", ["x", "grid"], ["g"], align_corners=0, mode="bilinear"),
+             helper.make_node("Constant", [], ["w"], value=onnx.numpy_helper.from_array(np.array(0.5, "float32"))),
+             helper.make_node("Mul", ["g", "w"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 5, 7]),
+                           helper.make_tensor_value_info("grid", TP.DOUBLE, [1, 4, 6, 2])], "y")
+    x = _x(1, 3, 5, 7)
+    grid = np.random.default_rng(7).uniform(-1.1, 1.1, (1, 4, 6, 2))
+    want = torch.nn.functional.grid_sample(torch.from_numpy(x), torch.from_numpy(grid).float(),
+                                           align_corners=False).numpy() * 0.5
+    assert_close(_run(model, x, grid), want, rtol=1e-5, atol=1e-5, what="grid_sample")
+
+
+def test_symbolic_input_stays_symbolic():
+    """Shape arithmetic of a symbolic size is not folded: one build runs at two sizes."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], start=0, end=1), _const("rest", [-1]),
+             helper.make_node("Concat", ["n", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 3, 4])], "y")
+    ex = ext.build(ext.frontend.from_onnx(model), ext.target.cpu(), cache=False, verbose=False)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for n in (2, 5):
+        x = _x(n, 3, 4)
+        assert_close(vm["main"](tvm.runtime.tensor(x)).numpy(), np.maximum(x.reshape(n, 12), 0), rtol=0, atol=0,
+                     what=f"n={n}")
+
+
+def test_folding_keeps_the_original_model_untouched():
+    from ext.onnx_fixes import prepare
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])], "y")
+    before = model.SerializeToString()
+    folded = prepare(model)
+    assert model.SerializeToString() == before
+    assert [n.op_type for n in folded.graph.node] == ["Constant", "Reshape"]
+
+
+def _conv_nodes(pad_node: bool):
+    """x -> [Pad 1] -> Conv 3x3 (+ bias) -> Clip(0, 6) -> y, weights as initializers."""
+    nodes = [_const("pads", [0, 0, 1, 1, 0, 0, 1, 1]), helper.make_node("Pad", ["x", "pads"], ["xp"])] if pad_node else []
+    conv_in = "xp" if pad_node else "x"
+    nodes += [helper.make_node("Conv", [conv_in, "w", "b"], ["c"], kernel_shape=[3, 3],
+                               pads=[0, 0, 0, 0] if pad_node else [1, 1, 1, 1]),
+              _const("lo", 0.0, np.float32), _const("hi", 6.0, np.float32),
+              helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    return nodes
+
+
+@pytest.mark.parametrize("pad_node", [False, True], ids=["conv_padding", "pad_op"])
+def test_relu6_and_pad_reach_the_conv(pad_node):
+    """``Clip(0, 6)`` after a conv is the conv's ``clip:0:6`` epilogue and an explicit zero
+    ``Pad`` before it becomes the conv's padding (the stock converters emitted opaque TOPI
+    kernels: two extra passes over the output, one over the input); NaN stays NaN."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 5, 3, 3)).astype("float32")
+    b = rng.standard_normal(8).astype("float32")
+    graph = helper.make_graph(_conv_nodes(pad_node), "g", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 5, 9, 11])],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                              initializer=[onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = _x(1, 5, 9, 11) * 3
+    x[0, 0, 4, 4] = np.nan
+    got = _run(model, x)
+    report = ext.last_report()
+    convs = report.find("conv2d")
+    assert len(convs) == 1 and "clip:0:6" in convs[0].workload.epilogue, report
+    assert not report.find_stock("relax.nn.pad") and not report.find_stock("relax.clip"), report
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # 1, 5, 9, 11, 3, 3
+    conv = np.einsum("nchwij,ocij->nohw", windows, w) + b[None, :, None, None]
+    want = np.clip(conv, 0, 6)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got).any()
+    assert_close(np.nan_to_num(got), np.nan_to_num(want), rtol=1e-5, atol=1e-5, what="conv + relu6")
+
+
+@pytest.mark.parametrize("bound", [np.nan, 2.0])
+def test_clip_bounds(bound):
+    """A NaN bound is no bound (ONNX / onnxruntime); a NaN input stays NaN."""
+    nodes = [_const("lo", -1.0, np.float32), _const("hi", bound, np.float32),
+             helper.make_node("Clip", ["x", "lo", "hi"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 6])], "y")
+    x = _x(4, 6) * 3
+    x[1, 2] = np.nan
+    want = np.clip(x, -1.0, np.inf if np.isnan(bound) else bound)
+    got = _run(model, x)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert_close(np.nan_to_num(got), np.nan_to_num(want), rtol=0, atol=0, what="clip")
+
+
+def test_einsum_is_a_relax_einsum():
+    """``Einsum`` becomes ``relax.einsum`` (not an opaque TOPI kernel), and computes numpy's."""
+    nodes = [helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")]
+    model = _model(nodes, [helper.make_tensor_value_info("a", TP.FLOAT, [2, 3, 5]),
+                           helper.make_tensor_value_info("b", TP.FLOAT, [2, 5, 4])], "y")
+    assert "R.einsum" in ext.frontend.from_onnx(model)["main"].script()
+    a, b = _x(2, 3, 5), _x(2, 5, 4) + 1
+    assert_close(_run(model, a, b), np.einsum("bij,bjk->bik", a, b), rtol=1e-5, atol=1e-5, what="einsum")
