@@ -256,21 +256,30 @@ def onnxruntime_export(model, inputs: tuple, threads: int, input_names: list[str
     ``dynamic_axes`` (``{name: {axis: label}}``, e.g. a cache's past length) left open;
     ``profile_prefix``: onnxruntime's per-node profiling on, its JSON written there."""
     import onnxruntime as ort
-    import torch
 
     if len(input_names) != len(inputs):
         raise ValueError(f"{len(input_names)} input names for {len(inputs)} inputs")
-    buf = io.BytesIO()
-    with torch.no_grad():
-        torch.onnx.export(model, tuple(inputs), buf, opset_version=17, input_names=input_names,
-                          output_names=output_names, dynamic_axes=dynamic_axes, dynamo=False)
+    data = onnx_export(model, inputs, input_names, output_names=output_names, dynamic_axes=dynamic_axes)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     if profile_prefix:
         so.enable_profiling, so.profile_file_prefix = True, profile_prefix
     t0 = time.perf_counter()
-    sess = ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     return sess, time.perf_counter() - t0
+
+
+def onnx_export(model, inputs: tuple, input_names: list[str] | None = None, *, output_names: list[str] | None = None,
+                dynamic_axes: dict | None = None) -> bytes:
+    """``model`` as the ONNX file (bytes) onnxruntime runs here: the TorchScript exporter, opset 17."""
+    import torch
+
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(model, tuple(inputs), buf, opset_version=17,
+                          input_names=input_names or _onnx_input_names(len(inputs)), output_names=output_names,
+                          dynamic_axes=dynamic_axes, dynamo=False)
+    return buf.getvalue()
 
 
 def onnxruntime_op_profile(model, inputs: tuple, threads: int, runs: int = 10) -> list[dict]:

@@ -68,7 +68,9 @@ def fold_static_shapes(model, input_shapes: dict | None = None):
     integer sizes it gives first."""
     import onnx
 
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # in memory: no 2 GB serialization limit
+    model = copy
     for inp in model.graph.input:
         for dim, size in zip(inp.type.tensor_type.shape.dim, (input_shapes or {}).get(inp.name, ())):
             if isinstance(size, int):

@@ -5,6 +5,7 @@ Stages (a flat, named sequence)::
     FoldBatchNorm      conv2d [+ bias] -> batch_norm folded into the conv's weights and a bias
     Canonicalize       DecomposeOpsForInference, FoldConstant, CSE, DCE
     LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
+    CheckTakeIndices   (CPU) runtime indices of take (embeddings, Gather) asserted in range: IndexError
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
     LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report (with a row per
                        op left to stock lowering, and a ``failed`` row per composite ext failed on)
@@ -30,6 +31,7 @@ from tvm import relax
 
 from . import relax_passes as rp
 from .relax_passes.elemwise_math import LowerElementwiseMath
+from .relax_passes.checked_take import CheckTakeIndices
 from .relax_passes.fold_batchnorm import FoldBatchNorm
 from .relax_passes.fold_constants import FoldRemainingConstants
 from .relax_passes.fold_pad import FoldPadIntoConv
@@ -89,7 +91,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         with tgt:
             seq = tvm.transform.Sequential([
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
-                      + ([FuseCacheAppend(tgt)] if cpu_target else []) + [rp.FuseEpilogues()]),
+                      + ([FuseCacheAppend(tgt), CheckTakeIndices()] if cpu_target else []) + [rp.FuseEpilogues()]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

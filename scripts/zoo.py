@@ -7,7 +7,8 @@ onnxruntime, model by model.
 
 Each model runs in its own subprocess with a time limit (``--timeout``), so a stuck or
 crashing build is one row with its error, not the end of the run. In the subprocess: import
-through torch.export (``ext.frontend.from_torch``), ``ext.build`` for the host CPU, check the
+through torch.export (``ext.frontend.from_torch``; ``--frontend onnx``: the ONNX file
+onnxruntime runs, through ``ext.frontend.from_onnx``), ``ext.build`` for the host CPU, check the
 output against PyTorch (max abs error relative to PyTorch's largest magnitude; tolerance
 1e-4), then time ext, PyTorch eager and onnxruntime interleaved (``ext.bench.interleaved``,
 all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ext/ORT
@@ -16,6 +17,7 @@ all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ex
     python scripts/zoo.py --quick --rounds 0              # small configs, correctness only
     python scripts/zoo.py --models resnet50 bert_base --rounds 9 --json zoo.json --plot zoo.png
     python scripts/zoo.py --models segformer_b0 --rounds 3 --profile 15   # where each spends its time
+    python scripts/zoo.py --models mobilenet_v2 bert_base --frontend onnx  # ext from the ONNX file
 
 ``--profile N`` adds, per model, ext's per-kernel profile (``ext.profile``: the N slowest
 kernels and the time per candidate) and onnxruntime's per-op-type times from its own profiler.
@@ -42,8 +44,10 @@ TOLERANCE = 1e-4
 # ----------------------------------------------------------------------------- one model (subprocess)
 
 
-def run_one(name: str, quick: bool, rounds: int, profile: int = 0) -> dict:
-    """Import, build, check and time one model; errors become the row's ``error`` with its stage."""
+def run_one(name: str, quick: bool, rounds: int, profile: int = 0, frontend: str = "torch") -> dict:
+    """Import, build, check and time one model; errors become the row's ``error`` with its stage.
+    ``frontend="onnx"``: ext imports the ONNX file onnxruntime runs (``from_onnx``) instead of
+    the PyTorch module (``from_torch``)."""
     # build s is a compile time, not a cache hit; ext's async cache store also raced the VM (crashes)
     os.environ.setdefault("EXT_CACHE", "0")
     import ext  # first: sets TVM_NUM_THREADS
@@ -51,13 +55,13 @@ def run_one(name: str, quick: bool, rounds: int, profile: int = 0) -> dict:
     import tvm
     from tvm import relax
 
-    from ext.bench import interleaved, onnxruntime_session, output_errors
+    from ext.bench import interleaved, onnx_export, onnxruntime_session, output_errors
     from ext.cli import apply_threads
-    from ext.frontend import from_torch
+    from ext.frontend import from_onnx, from_torch
     from ext.models.zoo import zoo_model
 
     threads = apply_threads(torch=True)  # TVM_NUM_THREADS, as the parent set it
-    row: dict = {"model": name, "quick": quick, "threads": threads}
+    row: dict = {"model": name, "quick": quick, "threads": threads, "frontend": frontend}
     stage = "construct"
     try:
         model, inputs = zoo_model(name, quick=quick)
@@ -66,7 +70,12 @@ def run_one(name: str, quick: bool, rounds: int, profile: int = 0) -> dict:
             ref = model(*inputs).numpy()
         stage = "import"
         t0 = time.perf_counter()
-        mod = from_torch(model, inputs)
+        if frontend == "onnx":
+            import onnx
+
+            mod = from_onnx(onnx.load_from_string(onnx_export(model, inputs)))
+        else:
+            mod = from_torch(model, inputs)
         row["import_s"] = time.perf_counter() - t0
         stage = "build"
         t0 = time.perf_counter()
@@ -154,7 +163,8 @@ def run_isolated(name: str, args) -> dict:
     """``run_one`` in a subprocess in its own process group, killed after ``args.timeout`` seconds."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--worker-out", out.name,
-               "--rounds", str(args.rounds), "--profile", str(args.profile)] + (["--quick"] if args.quick else [])
+               "--rounds", str(args.rounds), "--profile", str(args.profile), "--frontend", args.frontend] + \
+            (["--quick"] if args.quick else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         try:
@@ -241,6 +251,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model before it is killed")
     ap.add_argument("--profile", type=cli.count(0), default=0, metavar="N",
                     help="print each model's N slowest ext kernels and onnxruntime's per-op times (0: off)")
+    ap.add_argument("--frontend", choices=("torch", "onnx"), default="torch",
+                    help="ext imports the PyTorch module (from_torch) or the ONNX file onnxruntime runs (from_onnx)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -251,14 +263,14 @@ def main(argv=None) -> int:
         ap.error(f"--timeout must be > 0 seconds, got {args.timeout}")
 
     if args.worker:
-        row = run_one(args.worker, args.quick, args.rounds, args.profile)
+        row = run_one(args.worker, args.quick, args.rounds, args.profile, args.frontend)
         with open(args.worker_out, "w") as f:
             json.dump(row, f)
         return 0
 
     cli.apply_threads(args)
 
-    log(f"target: {ext.target.describe(ext.target.cpu())}; ext, PyTorch and onnxruntime on "
+    log(f"target: {ext.target.describe(ext.target.cpu())}; ext (from {args.frontend}), PyTorch and onnxruntime on "
         f"{os.environ['TVM_NUM_THREADS']} threads; {'quick' if args.quick else 'full-size'} configs")
     rows = []
     for name in args.models:

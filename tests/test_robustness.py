@@ -223,3 +223,43 @@ def test_ops_of_a_declined_composite_carry_the_decline_reason():
     rows = {d.workload.op: d.reason for d in rep.stock}
     assert set(rows) == {"relax.matmul", "relax.nn.relu"}
     assert all("ext.matmul_relu declined" in r for r in rows.values())
+
+
+@pytest.mark.parametrize("bad", [1000, -1, 2**31 - 1])
+def test_embedding_id_out_of_range_is_an_index_error(bad):
+    """A token id outside the table is an ``IndexError`` naming the range (PyTorch raises one
+    too); ``take(mode="fast")`` read outside the table: a segfault, or garbage for -1. In-range
+    ids still give PyTorch's result."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Embedding(37, 8), torch.nn.Linear(8, 4)).eval()
+    ids = torch.tensor([[1, 36, 0, 5]])
+    ex = ext.build(ext.frontend.from_torch(net, (ids,)), ext.target.cpu(), cache=False, verbose=False)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    with torch.no_grad():
+        want = net(ids).numpy()
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(ids.numpy())).numpy(), want, rtol=1e-5, atol=1e-6)
+    bad_ids = ids.clone()
+    bad_ids[0, 2] = bad
+    with pytest.raises(IndexError, match=r"out of range.*\[0, 37\)"):
+        vm["main"](tvm.runtime.tensor(bad_ids.numpy()))
+
+
+def test_onnx_gather_index_out_of_range_is_an_index_error():
+    """ONNX ``Gather`` with runtime indices: negative ones count from the end (ONNX), one past
+    either end is an ``IndexError``."""
+    onnx = pytest.importorskip("onnx")
+    helper = onnx.helper
+    table = np.arange(30, dtype="float32").reshape(10, 3)
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "i"], ["y"], axis=0)], "g",
+                              [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                              initializer=[onnx.numpy_helper.from_array(table, "table")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ex = ext.build(ext.frontend.from_onnx(model), ext.target.cpu(), cache=False, verbose=False)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    good = np.array([0, 9, -1, -10], dtype="int64")
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(good)).numpy(), table[good])
+    for bad in (10, -11):
+        with pytest.raises(IndexError, match="out of range"):
+            vm["main"](tvm.runtime.tensor(np.array([0, bad, 1, 2], dtype="int64")))
