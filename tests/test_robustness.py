@@ -263,3 +263,19 @@ def test_onnx_gather_index_out_of_range_is_an_index_error():
     for bad in (10, -11):
         with pytest.raises(IndexError, match="out of range"):
             vm["main"](tvm.runtime.tensor(np.array([0, bad, 1, 2], dtype="int64")))
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (2, 32)])
+def test_index_check_of_many_ids_builds(shape):
+    """The check kernel stays its own (opaque) kernel: fused with the ids' cast and reshape,
+    the fallback schedule vectorized its assert into a vector branch that LLVM rejected
+    (Funnel Transformer, 16 token ids)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Embedding(50, 16)).eval()
+    ids = torch.randint(0, 50, shape)
+    ex = ext.build(ext.frontend.from_torch(net, (ids,)), ext.target.cpu(), cache=False, verbose=False)
+    with torch.no_grad():
+        want = net(ids).numpy()
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)

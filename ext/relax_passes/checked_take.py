@@ -38,7 +38,10 @@ def _check_func(shape, dtype: str, size: int, axis: int, data_shape):
         return tirx.SeqStmt([check, store])
 
     body = structural_map(func.body, [(tirx.BufferStore, guard)])
-    return func.with_body(body).with_attr("tirx.is_scheduled", True).without_attr("global_symbol")
+    # opaque (op_pattern 8) and scheduled: FuseOps would fuse it with its consumers and the
+    # fallback schedule then vectorized the assert (a vector branch condition LLVM rejects)
+    return func.with_body(body).with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8) \
+        .without_attr("global_symbol")
 
 
 def _needs_check(call) -> tuple | None:
