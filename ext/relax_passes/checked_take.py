@@ -20,6 +20,8 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_ffi import structural_map
 
+from .mutate import mutate_functions
+
 
 def _check_func(shape, dtype: str, size: int, axis: int, data_shape):
     """PrimFunc ``checked = idx`` that asserts ``0 <= idx < size`` element by element."""
@@ -84,10 +86,7 @@ class _Check(PyExprMutator):
         return relax.Call(call.op, [call.args[0], checked], call.attrs)
 
     def run(self):
-        for gv, func in self.mod_.functions_items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        return mutate_functions(self, self.mod_)
 
 
 def CheckTakeIndices() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming

@@ -23,6 +23,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .mutate import mutate_functions
+
 #: element-wise ops a squeezed conv output is sunk through: one tensor argument
 UNARY = {"relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.nn.leakyrelu",
          "relax.sigmoid", "relax.tanh", "relax.exp", "relax.clip", "relax.negative", "relax.erf"}
@@ -137,10 +139,7 @@ class _Conv1dToConv2d(PyExprMutator):
         return call
 
     def run(self):
-        for gv, func in self.mod_.functions_items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        return mutate_functions(self, self.mod_)
 
 
 def Conv1dToConv2d() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming

@@ -25,6 +25,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..topi_kernels.elemwise import UNARY, activation_compute, unary_compute
 from ..workload import activation_name
+from .mutate import mutate_functions
 
 
 def prim_float(expr) -> float | None:
@@ -88,10 +89,7 @@ class _Lower(PyExprMutator):
         return self.builder_.call_te(compute, call.args[0], primfunc_name_hint=name)
 
     def run(self):
-        for gv, func in self.mod_.functions_items():
-            if isinstance(func, relax.Function):
-                self.builder_.update_func(gv, self.visit_expr(func))
-        return self.builder_.get()
+        return mutate_functions(self, self.mod_)
 
 
 def LowerElementwiseMath() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
