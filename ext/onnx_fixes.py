@@ -42,6 +42,8 @@ def grid_in_data_type(model):
     (in place; types from ONNX shape inference)."""
     import onnx
 
+    if not any(n.op_type == "GridSample" for n in model.graph.node):
+        return model  # nothing to cast: no shape inference pass over the model
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001 - no types known: nothing to compare
