@@ -8,7 +8,7 @@ keyed by everything that decides the generated code:
 * the tuning log's content (not its path),
 * the versions of TVM, tvm-ffi and ext, and a hash of ext's own source files
   (an edited kernel must not be served from an old entry),
-* the build options (``libraries``) and ``TVM_NUM_THREADS``.
+* the build options (``libraries``), ``TVM_NUM_THREADS`` and ``EXT_BLOCK_CHANNELS``.
 
 Entries live under ``$EXT_CACHE_DIR`` (default ``~/.cache/ext``), one folder
 per key holding the exported library (``lib.so``), the selection report and
@@ -84,6 +84,7 @@ def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
         "tuning_log": log_hash,
         "libraries": str(libraries),
         "threads": os.environ.get("TVM_NUM_THREADS", ""),
+        "block_channels": os.environ.get("EXT_BLOCK_CHANNELS", "1"),
         "tvm": tvm.__version__,
         "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
         "ext": __version__,

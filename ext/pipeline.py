@@ -31,6 +31,7 @@ from tvm import relax
 
 from . import relax_passes as rp
 from .relax_passes.elemwise_math import LowerElementwiseMath
+from .relax_passes.block_channels import BlockChannels, block_channels
 from .relax_passes.checked_take import CheckTakeIndices
 from .relax_passes.fold_batchnorm import FoldBatchNorm
 from .relax_passes.fold_constants import FoldRemainingConstants
@@ -91,7 +92,9 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         with tgt:
             seq = tvm.transform.Sequential([
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
-                      + ([FuseCacheAppend(tgt), CheckTakeIndices()] if cpu_target else []) + [rp.FuseEpilogues()]),
+                      + ([FuseCacheAppend(tgt), CheckTakeIndices()] if cpu_target else [])
+                      + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
+                      + [rp.FuseEpilogues()]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

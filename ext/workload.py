@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any
 
 #: activation name -> number of parameters it takes (``clip:LO:HI``, ``leaky_relu:ALPHA``)
@@ -194,12 +195,22 @@ def numel(shape) -> int:
     return math.prod(int(d) for d in shape)
 
 
+def channel_block(layout: str) -> int:
+    """The channel block ``b`` of a blocked activation layout ``"NCHW{b}c"`` (0 for a plain one)."""
+    m = re.fullmatch(r"NCHW(\d+)c", str(layout))
+    return int(m.group(1)) if m else 0
+
+
 def conv_dims(wl: Workload) -> dict:
     """Sizes of a conv2d workload by letter, in whatever layouts it names: ``N C H W`` of the
-    data (``data_layout``, default NCHW) and ``O I KH KW`` of the weight (``kernel_layout``,
-    default OIHW; OHWI and HWIO alike). The one place layouts are parsed."""
+    data (``data_layout``, default NCHW; or blocked ``NCHW{b}c``, shape ``(N, C/b, H, W, b)``)
+    and ``O I KH KW`` of the weight (``kernel_layout``, default OIHW; OHWI and HWIO alike).
+    The one place layouts are parsed."""
     layout, klayout = str(wl.attr("data_layout", "NCHW")), str(wl.attr("kernel_layout", "OIHW"))
     x, w = wl.shapes[0], wl.shapes[1]
+    b = channel_block(layout)
+    if b and len(x) == 5 and x[4] == b:
+        x, layout = (x[0], x[1] * b, x[2], x[3]), "NCHW"
     if sorted(layout) != sorted("NCHW") or len(x) != 4:
         raise ValueError(f"conv2d data layout {layout!r} with shape {tuple(x)}: expected a permutation of NCHW")
     if sorted(klayout) != sorted("OIHW") or len(w) != 4:

@@ -23,7 +23,8 @@ from ext.tir_schedules.common import create_schedule, finish
 from ext.tuning.references import REFERENCES
 from ext.workload import Workload
 
-from conv2d_helpers import conv_wl
+from conv2d_helpers import blocked_wl, conv_wl
+from ext.strategies._util import lanes
 
 
 def _mm(M, N, K, *, transpose_b=False, epilogue=("bias", "relu"), batch=None):
@@ -57,13 +58,17 @@ def _lt(B, R, S, E):
 
 
 #: standard shapes per family: odd and prime sizes, each kernel form at least once
+_LN = lanes(ext.target.cpu())
 STANDARD = {
     "matmul": [_mm(7, 13, 11), _mm(1, 37, 19, epilogue=("bias",)), _mm(67, 131, 129), _mm(13, 17, 11, transpose_b=True),
                _mm(5, 7, 9, epilogue=(), batch=(3,)), _mm(2, 9, 12, transpose_b=True, epilogue=(), batch=(3,))],
     "conv2d": [conv_wl(1, 7, 11, 11, 13, 3), conv_wl(1, 16, 13, 13, 32, 3), conv_wl(1, 19, 9, 9, 23, 1, pad=0),
                conv_wl(1, 19, 8, 16, 23, 1, pad=0),
                conv_wl(1, 16, 11, 11, 16, 3, groups=16), conv_wl(1, 7, 11, 11, 13, 3, layout="NHWC"),
-               conv_wl(1, 5, 13, 13, 11, 3, stride=2, epilogue=())],
+               conv_wl(1, 5, 13, 13, 11, 3, stride=2, epilogue=()),
+               # NCHW{lanes}c activations (BlockChannels): depthwise, and a dense conv writing them
+               blocked_wl(1, 32, 11, 9, 32, 3, groups=32, b_in=_LN, b_out=_LN),
+               blocked_wl(1, 13, 9, 11, 32, 3, b_in=0, b_out=_LN, epilogue=("bias",))],
     "softmax": [_rows("softmax", 5, 37), _rows("softmax", 3, 1031)],
     "layer_norm": [_rows("layer_norm", 5, 37), _rows("layer_norm", 3, 67, dropout=0.1)],
     "reduce": [_red(5, 7, 3, "sum"), _red(5, 7, 1, "max"), _red(1, 4099, 1, "mean"), _red(3, 5, 37, "min")],

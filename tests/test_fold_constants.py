@@ -13,12 +13,14 @@ from tvm import relax
 
 import ext
 from ext.relax_passes.fold_constants import FoldConstants
+from ext.strategies._util import lanes
 from ext.testing import own_candidates
 from ext.topi_kernels import host
-from conv2d_helpers import conv_wl
+from conv2d_helpers import blocked_wl, conv_wl
 from test_matmul import matmul_wl
 
 TARGET = ext.target.cpu()
+LANES = lanes(TARGET)
 
 WORKLOADS = [
     conv_wl(1, 3, 13, 11, 7, 3, pad=1),                 # odd channels: padding in every block
@@ -26,6 +28,7 @@ WORKLOADS = [
     conv_wl(1, 8, 9, 9, 12, 1, pad=0),                  # 1x1: pointwise / weight matrix
     conv_wl(1, 12, 9, 9, 12, 3, pad=1, groups=3),       # grouped
     conv_wl(1, 5, 10, 10, 13, 5, stride=2, pad=2),      # 5x5 stride 2: im2col / direct
+    blocked_wl(1, 32, 7, 9, 32, 3, groups=32, b_in=LANES, b_out=LANES, epilogue=("bias",)),  # depthwise, NCHW{lanes}c
     matmul_wl(7, 33, 19),
     matmul_wl(5, 67, 31, transpose_b=True),
     matmul_wl(1, 97, 43),
@@ -51,7 +54,8 @@ CASES = _transforms()
 
 def test_every_twin_is_exercised():
     names = {str(host.lookup(f)[0].__name__) for *_, f in CASES}
-    assert {"pack_weight", "pack_weight_nchwc", "winograd_filter", "weight_matrix", "batch_operand"} <= names
+    assert {"pack_weight", "pack_weight_nchwc", "winograd_filter", "weight_matrix", "batch_operand",
+            "pack_weight_depthwise"} <= names
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1].shapes[1]))}")

@@ -132,12 +132,14 @@ def _same_shape(a, b) -> bool:
         structural_equal(x, y) for x, y in zip(sa, sb))
 
 
-def _is_bias(expr, out, channel_axis: int, *more_axes: int) -> bool:
-    """``expr`` varies only along ``channel_axis`` (and ``more_axes``) of ``out`` (broadcast right-aligned)."""
+def _is_bias(expr, out, channel_axis, *more_axes: int) -> bool:
+    """``expr`` varies only along ``channel_axis`` (an axis or a tuple of them: blocked channels)
+    and ``more_axes`` of ``out`` (broadcast right-aligned)."""
     s, o = expr.ty.shape, out.ty.shape
     if s is None or o is None or len(s) > len(o) or expr.ty.dtype != out.ty.dtype:
         return False
-    axes = {a % len(o) for a in (channel_axis, *more_axes)}
+    chan = channel_axis if isinstance(channel_axis, tuple) else (channel_axis,)
+    axes = {a % len(o) for a in (*chan, *more_axes)}
     off = len(o) - len(s)
     for d in range(len(s)):
         if off + d in axes:

@@ -24,6 +24,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..target import target_kind
+from ..workload import channel_block
 WANT = {"relax.nn.conv2d": ["NCHW", "OIHW"]}
 
 
@@ -105,17 +106,19 @@ def _cancel(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 
 def _needs_conversion(mod) -> bool:
-    found = []
 
     def visit(e):
         if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == "relax.nn.conv2d":
             a = e.attrs
             found.append((str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW"))
+            blocked.append(channel_block(a.data_layout) > 0)
 
+    found, blocked = [], []
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    return any(found)
+    # a graph with blocked (NCHW{b}c) convs chose its layouts already (stock ConvertLayout fails on them)
+    return any(found) and not any(blocked)
 
 
 def LayoutPolicy(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming

@@ -276,7 +276,8 @@ def _conv_build(wl, cfg: DirectConfig, target):
     return finish(sch, "conv2d.direct_nchwc_dyn")
 
 
-register(Candidate("conv2d.direct_nchwc_dyn", ("llvm",), PLEVEL.BLOCKED, conv._direct_check, DirectConfig,
+register(Candidate("conv2d.direct_nchwc_dyn", ("llvm",), PLEVEL.BLOCKED,
+                   lambda wl, t: conv._direct_check(wl, t, blocked=False), DirectConfig,
                    space=conv._direct_space, default=conv._direct_default, build=_conv_build,
                    transforms=conv._direct_transforms, suits=_static_suits, dynamic=("batch",)))
 

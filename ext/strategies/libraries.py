@@ -199,6 +199,8 @@ def _conv_check(device):
         lay = (wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW"))
         if lay not in CONV_LAYOUTS:
             return f"layout {'/'.join(lay)} not handled (needs NCHW/OIHW or NHWC/OHWI)"
+        if wl.attr("out_layout", lay[0]) != lay[0]:
+            return f"output layout {wl.attr('out_layout')} differs from the data's {lay[0]}"
         if any(d == 0 for s in wl.shapes for d in s):
             return "zero-size dimension"
         if any(len(s) != 4 for s in wl.shapes[:2]) or wl.attr("out_shape") is None:

@@ -84,8 +84,9 @@ def _zero(dtype):
     return tirx.const(0, dtype)
 
 
-def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW"):
-    """``(n, c, hp, wp) -> X`` at padded coordinates, zero outside the image."""
+def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0):
+    """``(n, c, hp, wp) -> X`` at padded coordinates, zero outside the image; ``block``: ``X``
+    is blocked NCHW{block}c, ``(N, C/block, H, W, block)``."""
     top, left = g.pad[0], g.pad[1]
 
     def read(n, c, hp, wp):
@@ -93,7 +94,10 @@ def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW"):
         inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
         hc = te.max(te.min(h, _i64(g.H - 1)), _i64(0))
         wc = te.max(te.min(w, _i64(g.W - 1)), _i64(0))
-        val = X[n, c, hc, wc] if layout == "NCHW" else X[n, hc, wc, c]
+        if block:
+            val = X[n, c // block, hc, wc, c % block]
+        else:
+            val = X[n, c, hc, wc] if layout == "NCHW" else X[n, hc, wc, c]
         return tirx.if_then_else(inside, val, _zero(X.dtype))
 
     return read
@@ -122,8 +126,11 @@ def pack_weight_nchwc(Wt: te.Tensor, g: ConvGeom, icb: int, ocb: int) -> te.Tens
 
 
 def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int, ow_pad: int = 1,
-                 epilogue=(), extras=(), out_dtype="float32"):
-    """Blocked direct conv (see module doc); returns ``(P, C, D)``."""
+                 epilogue=(), extras=(), out_dtype="float32", in_block: int = 0, out_block: int = 0):
+    """Blocked direct conv (see module doc); returns ``(P, C, D)``. ``in_block``: ``X`` is
+    NCHW{in_block}c itself; ``out_block``: so is ``D`` (``BlockChannels``), no unpack: ``D``
+    re-blocks ``C``'s ``ocb``-wide channel tiles into ``out_block``-wide ones (whole vectors;
+    ``ocb % out_block == 0``)."""
     RC, OB = nchwc_blocks(g, icb, ocb)
     sh, sw = g.stride
     dh, dw = g.dilation
@@ -136,7 +143,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         sh = sw = 1
     Hp = (g.OH - 1) * sh + (g.KH - 1) * dh + 1
     Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
-    read = padded_read(X, g)
+    read = padded_read(X, g, block=in_block)
 
     def pack(n, cb, hp, wp, ci):
         c = cb * icb + ci
@@ -147,13 +154,13 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         return tirx.if_then_else(ok, val, _zero(X.dtype))
 
     direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and OWp == g.OW and g.groups == 1
-              and g.C % icb == 0)
+              and g.C % icb == 0 and in_block in (0, icb))
     if direct:  # a 1x1 stride-1 conv reads X in place: no pack
         P = None
 
         def at(idx):
             n, cb, h, w, ci = idx
-            return X[n, cb * icb + ci, h, w]
+            return X[n, cb, h, w, ci] if in_block else X[n, cb * icb + ci, h, w]
     else:
         P = te.compute((dim(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
         at = P.__getitem__
@@ -172,15 +179,23 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
     # per-channel steps (bias, SE scale, activations) on the channel-vector tiles, before the
     # unpack: along ``oi`` they vectorize (the unpack's rows of OW columns often do not, and a
     # scalar GELU/SiLU there cost as much as the conv); a residual is read in the unpack
-    pre, pre_extras, post, post_extras = ep.split_per_channel(epilogue, extras)
+    pre, pre_extras, post, post_extras = ep.split_per_channel(
+        epilogue, extras, (1, 4) if out_block else 1, 5 if out_block else 4)
     src = C
     if pre:
         def tile(n, ob, oh, ow, oi):
             o = ob * ocb + oi
             o = te.min(o, _i64(g.O - 1)) if OB * ocb > g.O else o  # padded channels read a real one
-            return ep.apply(C[n, ob, oh, ow, oi], (n, o, oh, ow), pre, pre_extras)
+            idx = (n, o // out_block, oh, ow, o % out_block) if out_block else (n, o, oh, ow)
+            return ep.apply(C[n, ob, oh, ow, oi], idx, pre, pre_extras)
 
         src = te.compute(C.shape, tile, name="E")
+    if out_block:  # b-wide vectors out of ocb-wide tiles: q*b + r = (q // k)*ocb + (q % k)*b + r
+        b, k = out_block, ocb // out_block
+        D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O // b, g.OH, g.OW, b)),
+                            lambda n, q, oh, ow, r: src[n, q // k, oh, ow, (q % k) * b + r],
+                            post, post_extras, out_dtype)
+        return P, C, D
     D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O, g.OH, g.OW)),
                         lambda n, o, oh, ow: src[n, o // ocb, oh, ow, o % ocb], post, post_extras, out_dtype)
     return P, C, D

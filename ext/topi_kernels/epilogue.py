@@ -73,10 +73,10 @@ def apply(value, idx, epilogue, extras):
     return value
 
 
-def split_per_channel(epilogue, extras, channel_axis: int = 1, rank: int = 4):
+def split_per_channel(epilogue, extras, channel_axis=1, rank: int = 4):
     """``(pre, pre_extras, post, post_extras)``: the longest prefix of ``epilogue`` whose tensor
     steps are per channel (their extras size 1 on every axis of a rank-``rank`` output but
-    ``channel_axis`` and the batch), and the rest. A blocked kernel applies ``pre`` on its
+    ``channel_axis`` (an axis, or a tuple: blocked channels) and the batch), and the rest. A blocked kernel applies ``pre`` on its
     channel-vector tiles (vectorized, before the unpack) and ``post`` (a residual read at
     output positions) in the unpack."""
     rest, pre_extras = list(extras), []
@@ -84,7 +84,8 @@ def split_per_channel(epilogue, extras, channel_axis: int = 1, rank: int = 4):
         if op in ("bias", "scale", "residual"):
             shape = [int(d) for d in rest[0].shape]
             shape = [1] * (rank - len(shape)) + shape
-            if len(shape) != rank or any(d != 1 for a, d in enumerate(shape) if a not in (0, channel_axis)):
+            keep = (0, *channel_axis) if isinstance(channel_axis, tuple) else (0, channel_axis)
+            if len(shape) != rank or any(d != 1 for a, d in enumerate(shape) if a not in keep):
                 return tuple(epilogue[:i]), pre_extras, tuple(epilogue[i:]), rest
             pre_extras.append(rest.pop(0))
     return tuple(epilogue), pre_extras, (), rest

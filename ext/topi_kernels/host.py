@@ -87,6 +87,13 @@ def pack_weight_nchwc(W: np.ndarray, *, OB: int, RC: int, icb: int, ocb: int) ->
     return np.ascontiguousarray(W.reshape(OB, ocb, RC, icb, KH, KW).transpose(0, 2, 4, 5, 3, 1))
 
 
+@twin("conv2d.pack_depthwise")
+def pack_weight_depthwise(W: np.ndarray, *, block: int) -> np.ndarray:
+    """``Wb[q, kh, kw, r] = W[q*block + r, 0, kh, kw]``."""
+    O, _, KH, KW = W.shape
+    return np.ascontiguousarray(W[:, 0].reshape(O // block, block, KH, KW).transpose(0, 2, 3, 1))
+
+
 @twin("conv2d.weight_matrix")
 def weight_matrix(W: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(W.reshape(W.shape[0], -1))

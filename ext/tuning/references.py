@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..workload import Workload, parse_activation
+from ..workload import Workload, channel_block, parse_activation
 
 
 def _erf(v):
@@ -81,17 +81,34 @@ def conv_nchw(x, w, strides, padding, dilation, groups):
     return out
 
 
+def unblock(x: np.ndarray) -> np.ndarray:
+    """NCHW{b}c ``(N, C/b, H, W, b)`` -> NCHW."""
+    n, q, h, w, b = x.shape
+    return x.transpose(0, 1, 4, 2, 3).reshape(n, q * b, h, w)
+
+
+def block(x: np.ndarray, b: int) -> np.ndarray:
+    """NCHW -> NCHW{b}c."""
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, c // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
 def conv2d(wl: Workload, xs):
     x, w, *extras = [v.astype("float64") for v in xs]
     layout, klayout = wl.attr("data_layout", "NCHW"), wl.attr("kernel_layout", "OIHW")
-    if layout != "NCHW":
+    out_layout = wl.attr("out_layout", layout)
+    if channel_block(layout):
+        x = unblock(x)
+    elif layout != "NCHW":
         x = x.transpose([layout.index(c) for c in "NCHW"])
     if klayout != "OIHW":
         w = w.transpose([klayout.index(c) for c in "OIHW"])
     y = conv_nchw(x, w, wl.attr("strides", (1, 1)), wl.attr("padding", (0, 0, 0, 0)),
                    wl.attr("dilation", (1, 1)), wl.attr("groups", 1))
-    if layout != "NCHW":
-        y = y.transpose(["NCHW".index(c) for c in layout])
+    if channel_block(out_layout):
+        y = block(y, channel_block(out_layout))
+    elif out_layout != "NCHW":
+        y = y.transpose(["NCHW".index(c) for c in out_layout])
     return _epilogue(wl, y, extras)
 
 

@@ -11,6 +11,7 @@ Blocked direct (blocks ``P``, ``C``, ``D``)::
             acc[owi][oi] += P[..] * Wp[..]
         C[n, ob, oh, owo*reg_n : +reg_n, :] = acc
       D[n, ob*ocb : +ocb, oh, :] = epilogue(C[...])                  # unpack to NCHW while the row is hot
+                                                                     # (NCHWc activations: vector copies)
 
 Knobs (``DirectConfig``): ``icb`` (input-channel block), ``ocb`` (output
 channels per tile, a multiple of the vector width), ``reg_n`` (output columns
@@ -113,9 +114,12 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
         sch.unroll(v)
     sch.vectorize(oii)
     d = sch.get_sblock("D")
+    blocked = len(sch.get(d).writes[0].source.shape) == 5  # NCHWc out: whole-vector copies
     if not _try(sch.reverse_compute_at, d, row):  # separate unpack pass
         dl = sch.get_loops(d)
         sch.parallel(sch.fuse(*dl[:3]))
+    if blocked:
+        _vectorize_split(sch, sch.get_loops(d)[-1], lanes)
     sch.decompose_reduction(c, rc)
 
 
@@ -163,6 +167,38 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
     if _try(sch.reverse_compute_at, d, ohb):
         dl = sch.get_loops(d)
         _vectorize_widest(sch, dl[-1], lanes)
+    else:
+        dl = sch.get_loops(d)
+        sch.parallel(sch.fuse(*dl[:3]))
+    sch.decompose_reduction(c, kh)
+
+
+def schedule_depthwise_nchwc(sch: s_tir.Schedule, cfg: RowConfig, lanes: int) -> None:
+    """Blocks ``P`` (padded rows), ``C``, ``D`` of ``conv2d_blocked.depthwise_nchwc``: parallel over
+    (image, channel block, row block); each thread pads the rows its ``rows`` x ``reg_n`` tiles
+    read (a few KiB, in L1), then per tile the taps unrolled, each a vector load and an FMA
+    into ``rows * reg_n`` accumulators; the finished row block goes through the epilogue."""
+    c = sch.get_sblock("C")
+    n, q, oh, ow, r, kh, kw = sch.get_loops(c)
+    ohb, ohi = sch.split(oh, [None, cfg.rows])
+    owo, owi = sch.split(ow, [None, cfg.reg_n])
+    par = sch.fuse(n, q, ohb)
+    sch.parallel(par)
+    sch.reorder(par, owo, kh, kw, ohi, owi, r)
+    p = sch.get_sblock("P")
+    sch.compute_at(p, par)
+    _vectorize_split(sch, sch.get_loops(p)[-1], lanes)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, owo)
+    _vectorize_split(sch, sch.get_loops(cw)[-1], lanes)
+    for loop in (kh, kw, ohi, owi):
+        sch.unroll(loop)
+    _vectorize_split(sch, r, lanes)
+    d = sch.get_sblock("D")
+    if _try(sch.reverse_compute_inline, d):  # tiles divide the output: the epilogue on the write-back
+        pass
+    elif _try(sch.reverse_compute_at, d, par):
+        _vectorize_split(sch, sch.get_loops(d)[-1], lanes)
     else:
         dl = sch.get_loops(d)
         sch.parallel(sch.fuse(*dl[:3]))

@@ -1,0 +1,58 @@
+"""Convolutions on blocked activations (NCHW{b}c, ``(N, C/b, H, W, b)``), which
+``relax_passes.block_channels`` keeps between consecutive convs so that no conv
+unpacks its output to NCHW and the next packs it again.
+
+The blocked direct conv is ``conv2d.conv2d_nchwc(..., block=b)``. Depthwise here::
+
+    Wb[q, kh, kw, r] = W[q*b + r, 0, kh, kw]                              # once, at compile time
+    P[n, q, hp, wp, r] = Xpad[n, q, hp, wp, r]                             # rows a tile reads, per thread
+    C[n, q, oh, ow, r] = sum_{kh, kw} P[n, q, oh*sh + kh*dh, ow*sw + kw*dw, r] * Wb[q, kh, kw, r]
+    D = epilogue(C)                                                        # (N, C/b, OH, OW, b)
+
+Every tap is one whole-vector load along ``r`` (the ``b`` channels of a pixel) for any
+stride, and one FMA with the tap's weight vector: no broadcast, no phase split.
+Bytes: the input once (plus the padded rows each tile copies), the output once.
+"""
+from __future__ import annotations
+
+from tvm import te, tirx
+
+from . import epilogue as ep
+from .conv2d import ConvGeom, _zero
+from .matmul import _i64, ceil_to
+
+
+def pack_weight_depthwise(Wt: te.Tensor, g: ConvGeom, block: int) -> te.Tensor:
+    """``Wb[q, kh, kw, r] = W[q*block + r, 0, kh, kw]``."""
+    shape = (g.O // block, g.KH, g.KW, block)
+    return te.compute(tuple(_i64(d) for d in shape), lambda q, kh, kw, r: Wt[q * block + r, _i64(0), kh, kw],
+                      name="Wb")
+
+
+def depthwise_nchwc(X: te.Tensor, Wb: te.Tensor, g: ConvGeom, block: int, *, ow_pad: int = 1, oh_pad: int = 1,
+                    epilogue=(), extras=(), out_dtype="float32"):
+    """Depthwise conv (``groups == C == O``) on NCHW{block}c; returns ``(P, C, D)``. ``C`` covers
+    ``oh``/``ow`` padded to ``oh_pad``/``ow_pad`` (whole register tiles); ``P`` its padded input."""
+    sh, sw = g.stride
+    dh, dw = g.dilation
+    OHp, OWp = ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)
+    Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
+    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
+    top, left = g.pad[0], g.pad[1]
+
+    def pad(n, q, hp, wp, r):
+        h, w = hp - _i64(top), wp - _i64(left)
+        inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
+        val = X[n, q, te.max(te.min(h, _i64(g.H - 1)), _i64(0)), te.max(te.min(w, _i64(g.W - 1)), _i64(0)), r]
+        return tirx.if_then_else(inside, val, _zero(X.dtype))
+
+    Q = g.C // block
+    P = te.compute(tuple(_i64(d) for d in (g.N, Q, Hp, Wpd, block)), pad, name="P")
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    C = te.compute(tuple(_i64(d) for d in (g.N, Q, OHp, OWp, block)), lambda n, q, oh, ow, r: te.sum(
+        P[n, q, oh * sh + kh * dh, ow * sw + kw * dw, r].astype(out_dtype) * Wb[q, kh, kw, r].astype(out_dtype),
+        axis=[kh, kw]), name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, Q, g.OH, g.OW, block)), lambda *i: C[i], epilogue, extras,
+                        out_dtype)
+    return P, C, D

@@ -1,0 +1,195 @@
+"""Blocked activations between convs: the NCHW{b}c kernels against float64 NumPy, and
+``BlockChannels`` on small graphs against PyTorch (with the pass off as a second reference)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import ext
+from ext.frontend import from_torch
+from ext.runner import CompiledCandidate, random_inputs
+from ext.strategies import REGISTRY
+from ext.strategies._util import lanes
+from ext.testing import assert_close
+from conv2d_helpers import blocked_wl, conv_tol, reference
+
+
+@pytest.fixture(autouse=True)
+def _sixteen_lanes(cpu_target):
+    if lanes(cpu_target) != 16:
+        pytest.skip("the blocked layouts here are NCHW16c (AVX-512)")
+
+
+# (N, C, H, W, O, K, stride, pad, dilation)
+DIRECT = [
+    (1, 32, 13, 11, 48, 1, 1, 0, 1),     # 1x1 in place; O one block past the 32-wide tile
+    (2, 16, 9, 7, 32, 1, 2, 0, 1),       # 1x1 stride 2, batch 2
+    (1, 32, 15, 13, 64, 3, 2, 1, 1),     # 3x3 stride 2 (the pack pads a blocked input)
+    (1, 16, 7, 9, 16, 5, 1, 2, 1),       # 5x5, one block each side
+    (1, 48, 5, 5, 32, 3, 1, 2, 2),       # dilation 2
+]
+
+
+@pytest.mark.parametrize("sides", [(16, 16), (0, 16), (16, 0)], ids=["blk-blk", "nchw-blk", "blk-nchw"])
+@pytest.mark.parametrize("shape", DIRECT, ids=lambda s: "n{}c{}h{}w{}o{}k{}s{}p{}d{}".format(*s))
+def test_direct_nchwc_blocked_sides_match_numpy(cpu_target, sides, shape):
+    N, C, H, W, O, K, s, p, d = shape
+    wl = blocked_wl(N, C, H, W, O, K, stride=s, pad=p, dil=d, b_in=sides[0], b_out=sides[1])
+    cand = REGISTRY.get("conv2d.direct_nchwc")
+    assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
+    xs = random_inputs(wl, seed=sum(shape))
+    for cfg in [cand.default_config(wl, cpu_target)] + cand.space(wl, cpu_target)[::7]:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, reference(wl, xs), **conv_tol(wl), what=f"{shape} {sides} {cfg}")
+
+
+def test_direct_blocked_se_scale_and_clip(cpu_target):
+    wl = blocked_wl(2, 32, 6, 7, 32, 1, pad=0, epilogue=("bias", "clip:0:6", "scale"))
+    cand = REGISTRY.get("conv2d.direct_nchwc")
+    xs = random_inputs(wl, seed=3)
+    out = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+    assert_close(out, reference(wl, xs), **conv_tol(wl))
+
+
+# (N, C, H, W, K, stride, pad, dilation)
+DEPTHWISE = [
+    (1, 32, 13, 13, 3, 1, 1, 1),
+    (2, 16, 14, 15, 3, 2, 1, 1),
+    (1, 48, 11, 17, 5, 2, 2, 1),
+    (1, 16, 3, 3, 7, 1, 3, 1),           # kernel larger than the image
+    (1, 16, 12, 9, 3, 1, 2, 2),          # dilation 2
+    (1, 16, 9, 40, 3, 2, (0, 0, 1, 1), 1),  # TF SAME: pad right/bottom only, wide row
+    (1, 16, 30, 30, 3, 1, 1, 1),         # rows of more than one register tile
+]
+
+
+@pytest.mark.parametrize("shape", DEPTHWISE, ids=lambda s: "n{}c{}h{}w{}k{}s{}p{}d{}".format(*s))
+def test_depthwise_nchwc_matches_numpy(cpu_target, shape):
+    N, C, H, W, K, s, p, d = shape
+    wl = blocked_wl(N, C, H, W, C, K, stride=s, pad=p, dil=d, groups=C)
+    cand = REGISTRY.get("conv2d.depthwise_nchwc")
+    assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
+    xs = random_inputs(wl, seed=sum(v if isinstance(v, int) else sum(v) for v in shape))
+    for cfg in [cand.default_config(wl, cpu_target)] + cand.space(wl, cpu_target)[::5]:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, reference(wl, xs), **conv_tol(wl), what=f"{shape} {cfg}")
+
+
+def test_blocked_candidates_decline_with_reasons(cpu_target):
+    dw = REGISTRY.get("conv2d.depthwise_nchwc")
+    assert "layout" in dw.applies(blocked_wl(1, 16, 8, 8, 16, 3, groups=16, b_in=0, b_out=0), cpu_target).reason
+    mult2 = blocked_wl(1, 16, 8, 8, 32, 3, groups=16)
+    assert "multiplier 1" in dw.applies(mult2, cpu_target).reason
+    grouped = blocked_wl(1, 32, 8, 8, 32, 3, groups=2)
+    assert "groups 1" in REGISTRY.get("conv2d.direct_nchwc").applies(grouped, cpu_target).reason
+    mixed = blocked_wl(1, 32, 8, 8, 32, 3, b_in=0, b_out=16)
+    for name in ("conv2d.winograd", "conv2d.conv1x1", "conv2d.im2col", "conv2d.depthwise"):
+        assert not REGISTRY.get(name).applies(mixed, cpu_target), name
+    assert not REGISTRY.get("conv2d.direct_nchwc_dyn").applies(mixed, cpu_target)
+
+
+# -- the pass, on models ------------------------------------------------------------------------------
+
+class _Inverted(torch.nn.Module):
+    """MobileNetV2-style: expand 1x1 -> ReLU6 -> depthwise 3x3 -> ReLU6 -> project 1x1 (+ input),
+    then a squeeze-and-excitation gate and a hardswish, twice over."""
+
+    def __init__(self, c=32, e=96):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, c, 3, 2, 1)
+        self.blocks = nn.ModuleList([nn.Sequential(
+            nn.Conv2d(c, e, 1), nn.ReLU6(), nn.Conv2d(e, e, 3, 1, 1, groups=e), nn.ReLU6(), nn.Conv2d(e, c, 1))
+            for _ in range(2)])
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, 16, 1), nn.ReLU(), nn.Conv2d(16, c, 1),
+                                nn.Hardsigmoid())
+        self.tail = nn.Conv2d(c, 48, 1)
+        self.act = nn.Hardswish()
+
+    def forward(self, x):
+        x = self.stem(x)
+        for blk in self.blocks:
+            x = x + blk(x)
+        x = x * self.se(x)
+        return self.act(self.tail(x)).mean((2, 3))
+
+
+def _build(model, x, flag: str):
+    old = os.environ.get("EXT_BLOCK_CHANNELS")
+    os.environ["EXT_BLOCK_CHANNELS"] = flag
+    try:
+        ex = ext.build(from_torch(model, (x,)), ext.target.cpu(), cache=False, verbose=False)
+    finally:
+        if old is None:
+            os.environ.pop("EXT_BLOCK_CHANNELS")
+        else:
+            os.environ["EXT_BLOCK_CHANNELS"] = old
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), ext.last_report()
+
+
+def _kernels(rep) -> list:
+    return [(d.name, d.workload.attr("data_layout"), d.workload.attr("out_layout")) for d in rep.decisions
+            if d.workload.op == "conv2d"]
+
+
+@pytest.mark.parametrize("hw", [(17, 23), (9, 13)])
+def test_inverted_residual_blocks_run_blocked_and_match_torch(cpu_target, hw):
+    torch.manual_seed(0)
+    model = _Inverted().eval()
+    x = torch.randn(1, 3, *hw)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got, rep = _build(model, x, "1")
+    plain, _ = _build(model, x, "0")
+    kernels = _kernels(rep)
+    # (rows of whole vectors, e.g. 16x16, give the 1x1 convs to conv2d.conv1x1, which reads and writes
+    # NCHW as it lies: such a region saves nothing and stays NCHW)
+    assert any(k[0] == "conv2d.depthwise_nchwc" for k in kernels), kernels  # one decision per workload
+    assert any(k[1] == "NCHW16c" and k[0] == "conv2d.direct_nchwc" for k in kernels), kernels
+    assert not any(k[0] == "conv2d.depthwise" for k in kernels), kernels
+    scale = float(np.abs(ref).max())
+    assert_close(got, ref, rtol=0, atol=1e-4 * scale)
+    assert_close(got, plain, rtol=0, atol=1e-5 * scale)
+
+
+def test_nan_stays_nan_through_a_blocked_region(cpu_target):
+    torch.manual_seed(1)
+    model = _Inverted().eval()
+    x = torch.randn(1, 3, 16, 16)
+    x[0, 1, 5, 7] = float("nan")
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got, _ = _build(model, x, "1")
+    assert np.isnan(ref).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+
+
+class _Lone(torch.nn.Module):
+    """One conv between a pool and the output, and convs with 24 channels: nothing to gain."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 32, 3, 1, 1)
+        self.b = torch.nn.Conv2d(32, 24, 1)
+        self.c = torch.nn.Conv2d(24, 24, 3, 1, 1, groups=24)
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(torch.relu(self.a(x)), 2)
+        return self.c(self.b(y))
+
+
+def test_regions_with_nothing_to_gain_stay_nchw(cpu_target):
+    torch.manual_seed(2)
+    model = _Lone().eval()
+    x = torch.randn(1, 3, 14, 14)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got, rep = _build(model, x, "1")
+    assert all(k[1] == "NCHW" and k[2] is None for k in _kernels(rep)), _kernels(rep)
+    assert_close(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()))
