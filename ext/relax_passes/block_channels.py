@@ -13,15 +13,15 @@ binary element-wise ops whose other operand is a scalar, a per-channel tensor
 (bias, the squeeze-and-excitation gate ``(N, C, 1, 1)``) or another value of the
 region, ``mean`` over the spatial axes with ``keepdims``, and depthwise convs (the
 blocked depthwise kernel, ``conv2d.depthwise_nchwc``, reads and writes NCHW{b}c).
-A region's edges are dense convs the Selector would give to ``conv2d.direct_nchwc``
-(that kernel takes either layout on either side), and every other use. A region is
+A region's edges are dense convs the Selector would give to ``conv2d.direct_nchwc`` or
+``conv2d.winograd`` (both take either layout on either side), and every other use. A region is
 converted when what it saves beats what it costs: one in-kernel unpack per conv
 writing into it and one in-kernel pack per conv reading from it, against one
 ``layout_transform`` per value used outside it (the graph's output, a pool, a
 reshape) and per full-size value packed into it.
 
 Convs with channels not in whole ``b``-blocks, grouped convs other than depthwise,
-Winograd's layers (its kernel reads NCHW) and symbolic shapes stay NCHW, outside
+``conv2d.conv1x1`` picks (NCHW as it lies) and symbolic shapes stay NCHW, outside
 any region. Per-channel constants are re-laid out here (``(1, C/b, 1, 1, b)``), other
 per-channel operands by a ``layout_transform``; conv weights stay OIHW (the kernels
 pack them at compile time). ``FuseEpilogues`` then fuses bias, activation, residual
@@ -46,11 +46,11 @@ from .mutate import mutate_functions
 UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.nn.silu", "relax.nn.gelu", "relax.nn.gelu_tanh",
          "relax.tanh", "relax.nn.leakyrelu", "relax.exp", "relax.negative", "relax.abs", "relax.sqrt",
          "relax.rsqrt", "relax.erf", "relax.square"}
-#: the NCHW picks a dense conv may trade for the blocked ``conv2d.direct_nchwc``, and what that
-#: saves per blocked side: the direct kernel's in-kernel pack or unpack (1). ``conv2d.conv1x1``
+#: the NCHW picks of a dense conv that take NCHW{b}c on either side, and what a blocked side saves:
+#: the kernel's in-kernel pack or unpack (1; Winograd's input pack and output scatter alike). ``conv2d.conv1x1``
 #: picks are not traded: it reads and writes NCHW as it lies, and on its shapes (rows of whole
 #: vectors, few channels) the blocked kernel measured slower (EfficientNet-B0 +12% with them traded)
-DIRECT = {"conv2d.direct_nchwc": 1}
+DIRECT = {"conv2d.direct_nchwc": 1, "conv2d.winograd": 1}
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 
 

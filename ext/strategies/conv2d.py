@@ -226,10 +226,14 @@ def _wino_blocks(g, ln):
 
 
 def _wino_check(wl, target):
-    reason = check_common(wl)
+    ln = lanes(target)
+    reason = check_common(wl, (("NCHW", "OIHW"),) + blocked_layouts(target), ("NCHW", f"NCHW{ln}c"))
     if reason:
         return reason
     g = geom(wl)
+    in_block, out_block = io_blocks(wl)
+    if (in_block and g.C % ln) or (out_block and g.O % ln):
+        return f"blocked activations need channels in whole {ln}-blocks"
     if (g.KH, g.KW) != (3, 3):
         return f"Winograd here is F(m, 3x3); kernel is {g.KH}x{g.KW}"
     if g.stride != (1, 1):
@@ -266,9 +270,10 @@ def _wino_build(wl, cfg, target):
     kb, ob = _wino_blocks(g, ln)
     E, Cp = (cfg.tile + 2) ** 2, ceil_to(g.C, kb)
     X, U, *extras = placeholders(wl, (E, ceil_to(g.O, cfg.nb) // cfg.nb, Cp, cfg.nb))
-    _, _, V = wg.data_transform(X, g, cfg.tile, kb)
+    in_block, out_block = io_blocks(wl)
+    _, _, V = wg.data_transform(X, g, cfg.tile, kb, in_block=in_block)
     _, MM = wg.batched_gemm(V, U, O=g.O, mb=cfg.mb, nb=cfg.nb, out_dtype=wl.out_dtype)
-    _, _, out = wg.inverse_transform(MM, g, cfg.tile, wl.epilogue, extras, wl.out_dtype)
+    _, _, out = wg.inverse_transform(MM, g, cfg.tile, wl.epilogue, extras, wl.out_dtype, out_block=out_block)
     sch = create_schedule([X, U, *extras, out])
     schedule_winograd(sch, cfg, ln, kb, ob, threads=cpu_info(target).cores)
     return finish(sch, "conv2d.winograd")

@@ -111,13 +111,14 @@ def filter_transform(Wt: te.Tensor, g: ConvGeom, m: int, nb: int, kb: int) -> te
     return te.compute(tuple(_i64(d) for d in (alpha * alpha, Op // nb, Cp, nb)), body, name="U")
 
 
-def data_transform(X: te.Tensor, g: ConvGeom, m: int, kb: int):
-    """``(P, T1, V)``: padded/packed input, row pass, ``V[e, n, th, tw, c]`` (tile ``t = (n, th, tw)``)."""
+def data_transform(X: te.Tensor, g: ConvGeom, m: int, kb: int, in_block: int = 0):
+    """``(P, T1, V)``: padded/packed input, row pass, ``V[e, n, th, tw, c]`` (tile ``t = (n, th, tw)``);
+    ``in_block``: ``X`` is NCHW{in_block}c (the pack copies whole channel vectors)."""
     _, B, _ = matrices(m)
     alpha = m + 2
     TH, TW, T = tiles(g, m)
     Cp = ceil_to(g.C, kb)
-    read = padded_read(X, g)
+    read = padded_read(X, g, block=in_block)
     dt = X.dtype
 
     def pack(n, cb, hp, wp, ci):
@@ -156,8 +157,10 @@ def batched_gemm(V: te.Tensor, U: te.Tensor, *, O: int, mb: int, nb: int, out_dt
     return C, MM
 
 
-def inverse_transform(MM: te.Tensor, g: ConvGeom, m: int, epilogue=(), extras=(), out_dtype="float32"):
-    """``(Z1, Y, out)``: the two passes of ``A^T M A`` and the NCHW output with the epilogue."""
+def inverse_transform(MM: te.Tensor, g: ConvGeom, m: int, epilogue=(), extras=(), out_dtype="float32",
+                      out_block: int = 0):
+    """``(Z1, Y, out)``: the two passes of ``A^T M A`` and the output with the epilogue, NCHW or
+    (``out_block``) NCHW{out_block}c, whose channel vectors ``Y`` holds contiguous."""
     A, _, _ = matrices(m)
     alpha = m + 2
     TH, TW, T = tiles(g, m)
@@ -175,9 +178,17 @@ def inverse_transform(MM: te.Tensor, g: ConvGeom, m: int, epilogue=(), extras=()
 
     Y = _second_pass(Z1, A, m, "Y")
 
-    def at(n, o, h, w):
-        return Y[(h % m) * m + w % m, n, h // m, w // m, o]
+    if out_block:
+        b = out_block
+        shape = (g.N, g.O // b, g.OH, g.OW, b)
 
-    out = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), at, epilogue, extras, out_dtype,
-                          name="out")
+        def at(n, q, h, w, r):
+            return Y[(h % m) * m + w % m, n, h // m, w // m, q * b + r]
+    else:
+        shape = (g.N, g.O, g.OH, g.OW)
+
+        def at(n, o, h, w):
+            return Y[(h % m) * m + w % m, n, h // m, w // m, o]
+
+    out = ep.fused_output(tuple(_i64(d) for d in shape), at, epilogue, extras, out_dtype, name="out")
     return Z1, Y, out

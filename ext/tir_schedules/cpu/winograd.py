@@ -71,13 +71,15 @@ def schedule_winograd(sch: s_tir.Schedule, cfg: WinogradConfig, lanes: int, kb: 
                    nbatch=1, threads=threads)
     _two_pass(sch, "Z1", "Y", ob, lanes)
     out = sch.get_sblock("out")
-    n, o, h, w = sch.get_loops(out)
+    n, o, h, w, *r = sch.get_loops(out)  # r: the channel lanes of an NCHWc output
     th, i = sch.split(h, [None, cfg.tile])  # h % m, h // m become affine in (th, i)
     tw, j = sch.split(w, [None, cfg.tile])
     if local:
-        sch.reorder(n, th, o, i, tw, j)
+        sch.reorder(n, th, o, i, tw, j, *r)
         sch.parallel(sch.fuse(n, th))
     else:
-        sch.reorder(n, o, th, i, tw, j)
+        sch.reorder(n, o, th, i, tw, j, *r)
         sch.parallel(sch.fuse(n, o))
     sch.unroll(j)
+    if r:
+        _vectorize_split(sch, r[0], lanes)
