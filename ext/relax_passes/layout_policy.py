@@ -13,7 +13,9 @@ once at compile time. So the policy is simple:
    identity (checked on the static shape and a set of probe coordinates).
 
 Other targets are left alone (their candidates choose their own layouts).
-Cost: the two transposes at the graph's ends, nothing between convs.
+Cost: the two transposes at the graph's ends. Between convs, ``BlockChannels``
+(``block_channels.py``, next in the pipeline) then keeps the activations in the
+kernels' own blocked layout where that saves their packs and unpacks.
 """
 from __future__ import annotations
 

@@ -4,8 +4,10 @@ Workload convention (``relax_passes/families/conv2d.py``): inputs ``x``, ``w``
 in ``data_layout`` / ``kernel_layout`` then the epilogue tensors; attrs
 ``strides``, ``padding`` (t, l, b, r), ``dilation``, ``groups``,
 ``out_shape``, ``w_const``. Every candidate reads and writes the workload's
-own layout (NCHW activations for all but ``direct_nhwc``): a blocked layout
-lives only inside a kernel, so consecutive convs need no layout transforms.
+own layout (NCHW activations for all but ``direct_nhwc``); ``direct_nchwc`` and
+``winograd`` also take NCHW{lanes}c activations on either side (``data_layout``,
+and attr ``out_layout`` where the output's differs), which ``BlockChannels`` gives
+the convs between convs, so that no kernel unpacks what the next one packs again.
 
 Selection without a tuning log: every candidate declares its estimated time
 (``conv2d_cost.py``, the family's one preference) and the Selector takes the
