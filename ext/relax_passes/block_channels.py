@@ -216,8 +216,12 @@ class _Rewrite(PyExprMutator):
         self.blocked: dict = {}
 
     def visit_function_(self, func):
+        outer = self.plan, self.blocked  # a nested function has its own plan (or none)
         self.plan, self.blocked = self.plans.get(func), {}
-        return super().visit_function_(func)
+        try:
+            return super().visit_function_(func)
+        finally:
+            self.plan, self.blocked = outer
 
     def _blocked(self, a):
         """The NCHW{b}c form of a region value (packed here when it was computed outside the region)."""
