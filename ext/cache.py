@@ -72,6 +72,7 @@ def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
     from tvm_ffi import structural_hash
 
     from . import __version__
+    from .relax_passes.block_channels import block_channels
     from .target import describe
 
     log_hash = None
@@ -84,7 +85,7 @@ def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
         "tuning_log": log_hash,
         "libraries": str(libraries),
         "threads": os.environ.get("TVM_NUM_THREADS", ""),
-        "block_channels": os.environ.get("EXT_BLOCK_CHANNELS", "1"),
+        "block_channels": block_channels(),
         "tvm": tvm.__version__,
         "tvm_ffi": getattr(tvm_ffi, "__version__", "?"),
         "ext": __version__,

@@ -40,8 +40,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..strategies.conv2d import lanes
 from ..target import target_kind
 from ..workload import Workload
-from .families import static_shape
-from .mutate import mutate_functions
+from .mutate import mutate_functions, static_dims
 
 UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.nn.silu", "relax.nn.gelu", "relax.nn.gelu_tanh",
          "relax.tanh", "relax.nn.leakyrelu", "relax.exp", "relax.negative", "relax.abs", "relax.sqrt",
@@ -55,14 +54,6 @@ BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rela
 
 
 _CONST = tvm.ir.expr.Constant
-
-
-def _static(expr) -> tuple | None:
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    shape = static_shape(expr)
-    return shape if all(isinstance(d, int) for d in shape) else None
 
 
 def _op(call) -> str:
@@ -129,13 +120,13 @@ class _Plan:
         args = _tensor_args(call) if op else []
         if not args or not all(isinstance(a, (relax.Var, _CONST)) for a in args):
             return set()
-        out = _static(v)
+        out = static_dims(v)
         if op in UNARY and len(args) == 1 and args[0] in self.parent:
             self._join(v, args[0])
             self.produced.add(v)
             return {args[0]}
         if op in BINARY and len(args) == 2 and out is not None and len(out) == 4 and out[1] % self.b == 0:
-            inside = [a for a in args if a in self.parent and _static(a) == out]
+            inside = [a for a in args if a in self.parent and static_dims(a) == out]
             kinds = [self.operand_kind(a, out) for a in args]
             if inside and all(k is not None for k in kinds):
                 full = [a for a, k in zip(args, kinds) if k == "full" and isinstance(a, relax.Var)]
@@ -154,7 +145,7 @@ class _Plan:
     def _conv(self, v, call) -> set:
         x, w = call.args
         a = call.attrs
-        xs, ws, out = _static(x), _static(w), _static(v)
+        xs, ws, out = static_dims(x), static_dims(w), static_dims(v)
         if (xs is None or ws is None or out is None or len(xs) != 4 or len(ws) != 4
                 or (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCHW", "OIHW", "NCHW")
                 or not (str(x.ty.dtype) == str(w.ty.dtype) == str(v.ty.dtype) == "float32")):
@@ -162,8 +153,8 @@ class _Plan:
         C, O, groups = xs[1], ws[0], int(a.groups)
         attrs = {"strides": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding),
                  "dilation": tuple(int(d) for d in a.dilation), "groups": groups, "data_layout": "NCHW",
-                 "kernel_layout": "OIHW", "out_shape": out, "w_const": isinstance(w, _CONST)}
-        pick = self.choose(Workload("conv2d", [xs, ws], ["float32"] * 2, "float32", attrs=attrs))
+                 "kernel_layout": "OIHW", "out_shape": tuple(out), "w_const": isinstance(w, _CONST)}
+        pick = self.choose(Workload("conv2d", [tuple(xs), tuple(ws)], ["float32"] * 2, "float32", attrs=attrs))
         if pick == "conv2d.depthwise" and groups == C == O and C % self.b == 0 and isinstance(x, relax.Var):
             self.conv[v] = "dw"
             self._join(v, x)
@@ -186,15 +177,15 @@ class _Plan:
         """How an operand of a binary op enters a region: ``"full"`` (a value of the output's
         shape: blocked itself), ``"scalar"`` (broadcasts as it is), ``"channel"`` (varies along
         the channels, and the batch: re-laid out) or None (it cannot)."""
-        s = _static(a)
+        s = static_dims(a)
         if s is None:
             return None
         if s == out:
             return "full"
         if len(s) <= 4 and all(d == 1 for d in s):
             return "scalar"
-        s4 = (1,) * (4 - len(s)) + s if len(s) <= 4 else None
-        if s4 is not None and s4[1] == out[1] and s4[0] in (1, out[0]) and s4[2:] == (1, 1):
+        s4 = [1] * (4 - len(s)) + s if len(s) <= 4 else None
+        if s4 is not None and s4[1] == out[1] and s4[0] in (1, out[0]) and s4[2:] == [1, 1]:
             return "channel"
         return None
 
@@ -235,13 +226,14 @@ class _Rewrite(PyExprMutator):
             return self._blocked(a)
         if kind == "scalar":
             return self.visit_expr(a)
-        s4 = (1,) * (4 - len(_static(a))) + _static(a)
+        s = static_dims(a)
+        s4 = [1] * (4 - len(s)) + s
         if isinstance(a, _CONST):  # per-channel constants re-laid out now
             arr = a.value.numpy().reshape(s4)
             n, c = arr.shape[:2]
             return relax.const(np.ascontiguousarray(arr.reshape(n, c // self.b, self.b, 1, 1).transpose(0, 1, 3, 4, 2)))
         x = self.visit_expr(a)
-        if len(_static(a)) != 4:
+        if len(s) != 4:
             x = self.builder_.emit(relax.op.reshape(x, s4))
         return self.builder_.emit(relax.op.layout_transform(x, _pack(self.b)))
 
@@ -266,7 +258,7 @@ class _Rewrite(PyExprMutator):
             if v not in plan.rewrite:  # reads the region, writes NCHW (its kernel's own unpack)
                 return self.set_var_remap(v, self._emit_like(v, new))
         elif op in BINARY:
-            out = _static(v)
+            out = static_dims(v)
             new = relax.Call(call.op, [self._operand(a, out) for a in call.args], call.attrs)
         elif op == "relax.mean":
             new = relax.op.mean(self._blocked(call.args[0]), axis=[2, 3], keepdims=True)

@@ -23,22 +23,13 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .mutate import mutate_functions
+from .mutate import mutate_functions, static_dims
 
 #: element-wise ops a squeezed conv output is sunk through: one tensor argument
 UNARY = {"relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.nn.leakyrelu",
          "relax.sigmoid", "relax.tanh", "relax.exp", "relax.clip", "relax.negative", "relax.erf"}
 #: element-wise binary ops (NumPy broadcasting)
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
-
-
-def _static(expr) -> list | None:
-    ty = getattr(expr, "ty", None)
-    if not isinstance(ty, relax.TensorType) or ty.shape is None:
-        return None
-    if any(not hasattr(d, "value") for d in ty.shape):
-        return None
-    return [int(d.value) for d in ty.shape]
 
 
 def _with_h(layout: str) -> str:
@@ -76,7 +67,7 @@ class _Conv1dToConv2d(PyExprMutator):
     def _lift(expr, h: int, out_rank: int):
         """``expr`` broadcast against a rank-``out_rank`` value whose 4-D form gains an axis at ``h``:
         the same operand for the 4-D value (None when it cannot be)."""
-        shape = _static(expr)
+        shape = static_dims(expr)
         if shape is None or len(shape) > out_rank:
             return None
         after = out_rank - h  # dims of the 3-D value at and after the new axis
@@ -88,7 +79,7 @@ class _Conv1dToConv2d(PyExprMutator):
     # -- rewrites ------------------------------------------------------------------------
     def _conv1d(self, call):
         a = call.attrs
-        x3, w3, out3 = _static(call.args[0]), _static(call.args[1]), _static(call)
+        x3, w3, out3 = static_dims(call.args[0]), static_dims(call.args[1]), static_dims(call)
         layout, klayout = str(a.data_layout), str(a.kernel_layout)
         out_layout = str(a.out_layout) if a.out_layout else layout
         if None in (x3, w3, out3) or any(sorted(lay) != sorted(ref) for lay, ref in
@@ -108,7 +99,7 @@ class _Conv1dToConv2d(PyExprMutator):
         return self._emit_twin(conv, oh, out3)
 
     def _elementwise(self, call, op: str):
-        out3 = _static(call)
+        out3 = static_dims(call)
         if out3 is None or len(out3) != 3:
             return call
         tensors = [i for i, arg in enumerate(call.args) if isinstance(getattr(arg, "ty", None), relax.TensorType)]

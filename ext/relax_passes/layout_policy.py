@@ -27,14 +27,8 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ..target import target_kind
 from ..workload import channel_block
+from .mutate import static_dims
 WANT = {"relax.nn.conv2d": ["NCHW", "OIHW"]}
-
-
-def _static(expr):
-    shape = expr.ty.shape if isinstance(expr.ty, relax.TensorType) else None
-    if shape is None or any(not hasattr(d, "value") for d in shape):
-        return None
-    return [int(d) for d in shape]
 
 
 def _perm_identity(inner, outer, x) -> bool:
@@ -55,7 +49,7 @@ def _probe_points(shape, limit: int = 64):
 
 
 def _transform_identity(inner, outer, x) -> bool:
-    shape = _static(x)
+    shape = static_dims(x)
     if shape is None or inner.attrs.pad_value is not None or outer.attrs.pad_value is not None:
         return False
     m1, m2 = inner.attrs.index_map, outer.attrs.index_map

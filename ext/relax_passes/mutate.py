@@ -1,4 +1,4 @@
-"""The driver the ``PyExprMutator`` passes share."""
+"""What the Relax passes share: the ``PyExprMutator`` driver, a tensor's static shape."""
 from __future__ import annotations
 
 import tvm
@@ -12,3 +12,13 @@ def mutate_functions(mutator, mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
     return mutator.builder_.get()
+
+
+def static_dims(expr) -> list[int] | None:
+    """The shape of a tensor expression as ints, or None (not a tensor, unknown or symbolic dims)."""
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    if any(not hasattr(d, "value") for d in ty.shape):
+        return None
+    return [int(d.value) for d in ty.shape]

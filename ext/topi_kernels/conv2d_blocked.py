@@ -15,10 +15,10 @@ Bytes: the input once (plus the padded rows each tile copies), the output once.
 """
 from __future__ import annotations
 
-from tvm import te, tirx
+from tvm import te
 
 from . import epilogue as ep
-from .conv2d import ConvGeom, _zero
+from .conv2d import ConvGeom, padded_read
 from .matmul import _i64, ceil_to
 
 
@@ -38,16 +38,10 @@ def depthwise_nchwc(X: te.Tensor, Wb: te.Tensor, g: ConvGeom, block: int, *, ow_
     OHp, OWp = ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)
     Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
     Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
-    top, left = g.pad[0], g.pad[1]
-
-    def pad(n, q, hp, wp, r):
-        h, w = hp - _i64(top), wp - _i64(left)
-        inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
-        val = X[n, q, te.max(te.min(h, _i64(g.H - 1)), _i64(0)), te.max(te.min(w, _i64(g.W - 1)), _i64(0)), r]
-        return tirx.if_then_else(inside, val, _zero(X.dtype))
-
+    read = padded_read(X, g, block=block)
     Q = g.C // block
-    P = te.compute(tuple(_i64(d) for d in (g.N, Q, Hp, Wpd, block)), pad, name="P")
+    P = te.compute(tuple(_i64(d) for d in (g.N, Q, Hp, Wpd, block)),
+                   lambda n, q, hp, wp, r: read(n, q * block + r, hp, wp), name="P")
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
     C = te.compute(tuple(_i64(d) for d in (g.N, Q, OHp, OWp, block)), lambda n, q, oh, ow, r: te.sum(
