@@ -180,25 +180,82 @@ def test_nan_stays_nan_through_a_blocked_region(cpu_target):
 
 
 class _Lone(torch.nn.Module):
-    """One conv between a pool and the output, and convs with 24 channels: nothing to gain."""
+    """A conv whose output feeds only a reduction over the channels, and convs with 24 channels:
+    nothing to gain."""
 
     def __init__(self):
         super().__init__()
         self.a = torch.nn.Conv2d(3, 32, 3, 1, 1)
-        self.b = torch.nn.Conv2d(32, 24, 1)
+        self.b = torch.nn.Conv2d(3, 24, 1)
         self.c = torch.nn.Conv2d(24, 24, 3, 1, 1, groups=24)
 
     def forward(self, x):
-        y = torch.nn.functional.max_pool2d(torch.relu(self.a(x)), 2)
-        return self.c(self.b(y))
+        return self.c(self.b(x)) + torch.relu(self.a(x)).amax(1, keepdim=True)
 
 
-def test_regions_with_nothing_to_gain_stay_nchw(cpu_target):
-    torch.manual_seed(2)
-    model = _Lone().eval()
-    x = torch.randn(1, 3, 14, 14)
+class _Dense(torch.nn.Module):
+    """DenseNet / Inception shapes: a max-pooled stem, two dense layers (BN -> ReLU -> conv, each
+    output concatenated to its input), an inception branch pair with a 3x3 max pool branch, an
+    average-pooled transition (``count_include_pad`` both ways) and a ceil-mode max pool."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.dense = nn.ModuleList([nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, 16, 3, 1, 1))
+                                    for c in (32, 48)])
+        self.b1 = nn.Conv2d(64, 32, 1)
+        self.b2 = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(64, 16, 1))
+        self.trans = nn.Sequential(nn.Conv2d(48, 32, 3, 1, 1), nn.AvgPool2d(2, 2), nn.ReLU())
+        self.pad_avg = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.tail = nn.Sequential(nn.MaxPool2d(3, 2, ceil_mode=True), nn.Conv2d(32, 32, 3, 1, 1))
+        for bn in self.modules():
+            if isinstance(bn, nn.BatchNorm2d):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for layer in self.dense:
+            x = torch.cat([x, layer(x)], 1)
+        x = torch.cat([self.b1(x), self.b2(x)], 1)
+        x = self.trans(x)
+        return self.tail(self.pad_avg(x) + x)
+
+
+@pytest.mark.parametrize("hw", [(23, 19), (16, 16)])
+def test_concat_and_pools_stay_blocked_and_match_torch(cpu_target, hw):
+    torch.manual_seed(3)
+    model = _Dense().eval()
+    x = torch.randn(1, 3, *hw)
     with torch.no_grad():
         ref = model(x).numpy()
     got, rep = _build(model, x, "1")
-    assert all(k[1] == "NCHW" and k[2] is None for k in _kernels(rep)), _kernels(rep)
-    assert_close(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()))
+    plain, _ = _build(model, x, "0")
+    pools = [(d.name, d.workload.attr("layout")) for d in rep.decisions if d.workload.op == "pool2d"]
+    assert pools and all(p == ("pool2d.nchwc", "NCHW16c") for p in pools), pools
+    kernels = _kernels(rep)
+    assert sum(k[1] == "NCHW16c" for k in kernels) >= 3, kernels  # the dense layers read the concat blocked
+    scale = float(np.abs(ref).max())
+    assert_close(got, ref, rtol=0, atol=1e-4 * scale)
+    assert_close(got, plain, rtol=0, atol=1e-5 * scale)
+
+
+def test_nan_stays_nan_through_blocked_concat_and_pools(cpu_target):
+    """Every NaN of PyTorch's output is NaN in ext's, with the pass and without it alike. (ext's
+    NaN set is larger: a Winograd layer spreads a NaN over its whole output tile, as any Winograd
+    kernel does; the max pools alone keep PyTorch's set exactly, ``test_candidates``' shapes.)"""
+    torch.manual_seed(4)
+    model = _Dense().eval()
+    x = torch.randn(1, 3, 48, 40)
+    x[0, 2, 3, 4] = float("nan")
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got, _ = _build(model, x, "1")
+    plain, _ = _build(model, x, "0")
+    assert np.isnan(ref).any() and not np.isnan(ref).all()
+    assert np.isnan(got[np.isnan(ref)]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(plain))
+    finite = ~np.isnan(got)
+    assert_close(got[finite], ref[finite], rtol=0, atol=1e-4 * float(np.abs(ref[finite]).max()))
+

@@ -46,11 +46,14 @@ def _red(O, R, I, kind):
     return Workload("reduce", [(O, R, I)], ["float32"], "float32", attrs={"kind": kind, "out_shape": (O, I)})
 
 
-def _pool(kind, C, H, W, k, s, p, *, count_include_pad=False):
+def _pool(kind, C, H, W, k, s, p, *, count_include_pad=False, block=0):
+    """``block``: NCHW{block}c activations (``C`` a multiple of it)."""
     oh, ow = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    x, out = ((1, C // block, H, W, block), (1, C // block, oh, ow, block)) if block else ((1, C, H, W), (1, C, oh, ow))
     attrs = {"kind": kind, "pool_size": (k, k), "strides": (s, s), "padding": (p,) * 4, "dilation": (1, 1),
-             "ceil_mode": False, "count_include_pad": count_include_pad, "layout": "NCHW", "out_shape": (1, C, oh, ow)}
-    return Workload("pool2d", [(1, C, H, W)], ["float32"], "float32", attrs=attrs)
+             "ceil_mode": False, "count_include_pad": count_include_pad,
+             "layout": f"NCHW{block}c" if block else "NCHW", "out_shape": out}
+    return Workload("pool2d", [x], ["float32"], "float32", attrs=attrs)
 
 
 def _lt(B, R, S, E):
@@ -72,7 +75,8 @@ STANDARD = {
     "softmax": [_rows("softmax", 5, 37), _rows("softmax", 3, 1031)],
     "layer_norm": [_rows("layer_norm", 5, 37), _rows("layer_norm", 3, 67, dropout=0.1)],
     "reduce": [_red(5, 7, 3, "sum"), _red(5, 7, 1, "max"), _red(1, 4099, 1, "mean"), _red(3, 5, 37, "min")],
-    "pool2d": [_pool("max", 7, 13, 11, 3, 2, 1), _pool("avg", 5, 9, 9, 3, 1, 1, count_include_pad=True)],
+    "pool2d": [_pool("max", 7, 13, 11, 3, 2, 1), _pool("avg", 5, 9, 9, 3, 1, 1, count_include_pad=True),
+               _pool("max", 2 * _LN, 13, 11, 3, 2, 1, block=_LN), _pool("avg", _LN, 9, 7, 2, 2, 0, block=_LN)],
     "layout_transform": [_lt(2, 7, 5, 3), _lt(1, 16, 9, 4)],
 }
 

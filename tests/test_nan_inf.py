@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 from conv2d_helpers import conv_ref_nchw, conv_wl
+from test_candidates import _pool
 from test_elemwise import REF
 from tvm import relax
 
@@ -23,7 +24,10 @@ import ext
 from ext.runner import CompiledCandidate
 from ext.strategies import REGISTRY
 from ext.testing import own_candidates, run_relax
+from ext.strategies._util import lanes
 from ext.tuning.references import activation as np_activation
+from ext.tuning.references import block as block_nchw
+from ext.tuning.references import pool2d as pool2d_ref
 from ext.workload import ACTIVATIONS, Workload
 
 NAN, INF = np.nan, np.inf
@@ -185,6 +189,28 @@ def test_conv2d_epilogue(cpu_target, geom, act):
     for cand in cands:
         got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run([x, w, bias])
         assert_matches(got, want, rtol=1e-5, atol=4e-6 * max(C // g * K * K, 16), what=f"{cand.name} {act}")
+
+
+@pytest.mark.parametrize("block", [0, 16], ids=["nchw", "nchw16c"])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool2d_nan_and_inf(cpu_target, kind, block):
+    """A NaN in a window gives NaN; a max window of ``-inf`` (also one reaching into the padding)
+    gives ``-inf``, +inf gives +inf. TVM's own max dropped NaN, and the padding was the largest
+    finite negative float."""
+    if block and lanes(cpu_target) != block:
+        pytest.skip(f"NCHW{block}c needs {block}-float vectors")
+    wl = _pool(kind, 32, 9, 11, 3, 2, 1, block=block)
+    cands = own_candidates(wl, cpu_target)
+    assert cands, "no pool2d candidate applies"
+    x = np.random.default_rng(5).normal(0, 1, (1, 32, 9, 11)).astype("float32")
+    x[0, 3, 4, 5] = NAN
+    x[0, 20, :3, :3] = -INF
+    x[0, 21, 6, 6] = INF
+    xs = [block_nchw(x, block) if block else x]
+    want = pool2d_ref(wl, xs)
+    for cand in cands:
+        got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run(xs)
+        assert_matches(got, want, rtol=1e-6, atol=1e-6, what=f"{cand.name} {kind}")
 
 
 # -- softmax, layer_norm, reductions -------------------------------------------------------------

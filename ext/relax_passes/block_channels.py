@@ -50,6 +50,7 @@ UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.nn.silu", "relax
 #: picks are not traded: it reads and writes NCHW as it lies, and on its shapes (rows of whole
 #: vectors, few channels) the blocked kernel measured slower (EfficientNet-B0 +12% with them traded)
 DIRECT = {"conv2d.direct_nchwc": 1, "conv2d.winograd": 1}
+POOL = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 
 
@@ -117,6 +118,10 @@ class _Plan:
         op = _op(call)
         if op == "relax.nn.conv2d":
             return self._conv(v, call)
+        if op == "relax.concat":
+            return self._concat(v, call)
+        if op in POOL:
+            return self._pool(v, call)
         args = _tensor_args(call) if op else []
         if not args or not all(isinstance(a, (relax.Var, _CONST)) for a in args):
             return set()
@@ -141,6 +146,29 @@ class _Plan:
                 self.produced.add(v)
                 return {args[0]}
         return set()
+
+    def _concat(self, v, call) -> set:
+        """A concat along the channels of whole ``b``-blocks is the concat of the blocks (axis 1)."""
+        fields, out = call.args[0], static_dims(v)
+        if not isinstance(fields, relax.Tuple) or out is None or len(out) != 4 or int(call.attrs.axis) % 4 != 1:
+            return set()
+        shapes = [static_dims(f) if isinstance(f, relax.Var) else None for f in fields.fields]
+        if not all(s is not None and len(s) == 4 and s[1] % self.b == 0 for s in shapes):
+            return set()
+        self._join(v, *fields.fields)
+        self.produced.add(v)
+        return set(fields.fields)
+
+    def _pool(self, v, call) -> set:
+        """Max / average pooling in NCHW{b}c (``pool2d.nchwc``): the window runs per channel."""
+        x, a, out = call.args[0], call.attrs, static_dims(v)
+        if (not isinstance(x, relax.Var) or out is None or len(out) != 4 or out[1] % self.b
+                or (str(a.layout), str(a.out_layout)) != ("NCHW", "NCHW") or str(v.ty.dtype) != "float32"
+                or (_op(call) == "relax.nn.avg_pool2d" and a.ceil_mode)):  # pool2d.nchwc declines it
+            return set()
+        self._join(v, x)
+        self.produced.add(v)
+        return {x}
 
     def _conv(self, v, call) -> set:
         x, w = call.args
@@ -262,6 +290,14 @@ class _Rewrite(PyExprMutator):
             new = relax.Call(call.op, [self._operand(a, out) for a in call.args], call.attrs)
         elif op == "relax.mean":
             new = relax.op.mean(self._blocked(call.args[0]), axis=[2, 3], keepdims=True)
+        elif op == "relax.concat":
+            new = relax.op.concat([self._blocked(f) for f in call.args[0].fields], axis=1)
+        elif op in POOL:
+            a = call.attrs
+            pool = relax.op.nn.max_pool2d if op == "relax.nn.max_pool2d" else relax.op.nn.avg_pool2d
+            extra = {} if op == "relax.nn.max_pool2d" else {"count_include_pad": bool(a.count_include_pad)}
+            new = pool(self._blocked(call.args[0]), a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode),
+                       layout=blk, out_layout=blk, **extra)
         else:  # UNARY: the one tensor argument blocked, the rest as they are
             args = [self._blocked(a) if isinstance(a.ty, relax.TensorType) else self.visit_expr(a)
                     for a in call.args]

@@ -33,16 +33,16 @@ def _check(wl, target):
     return None
 
 
-def _default(wl, target):
-    g = geom(wl)
+def tile_default(g, target) -> RowConfig:
+    """The register tile of a blocked sliding window (depthwise conv, pooling): one row of up to 14
+    pixel vectors, or two rows on narrow planes."""
     acc = cpu_info(target).accumulators
     if g.OW <= acc // 2 and g.OH > 1:  # narrow planes: two rows for more independent FMA chains
         return RowConfig(reg_n=g.OW, rows=2)
     return RowConfig(reg_n=pick_reg_n(g.OW, min(14, acc)), rows=1)
 
 
-def _space(wl, target):
-    g = geom(wl)
+def tile_space(g, target) -> list[RowConfig]:
     acc = cpu_info(target).accumulators
     out = []
     for rows in (1, 2, 4):
@@ -77,6 +77,7 @@ def _transforms(wl, cfg, target):
     return {1: host.attach(finish(sch, "conv2d.pack_depthwise"), "conv2d.pack_depthwise", block=ln)}
 
 
-register(Candidate("conv2d.depthwise_nchwc", ("llvm",), PLEVEL.SPECIALIZED, _check, RowConfig, space=_space,
-                   default=_default, build=_build, transforms=_transforms,
+register(Candidate("conv2d.depthwise_nchwc", ("llvm",), PLEVEL.SPECIALIZED, _check, RowConfig,
+                   space=lambda wl, t: tile_space(geom(wl), t),
+                   default=lambda wl, t: tile_default(geom(wl), t), build=_build, transforms=_transforms,
                    estimate=lambda wl, t: cost.depthwise(geom(wl), t)))

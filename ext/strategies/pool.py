@@ -1,7 +1,10 @@
-"""Candidate table for pooling on CPU: ``pool2d.rows`` (max/avg, NCHW).
+"""Candidate table for pooling on CPU: ``pool2d.rows`` (max/avg, NCHW) and ``pool2d.nchwc``
+(max/avg on NCHW{lanes}c activations, which ``relax_passes.block_channels`` keeps between convs).
 
-Parallel over (n, c, output row), the output row in vector-width tiles with
+``pool2d.rows``: parallel over (n, c, output row), the output row in vector-width tiles with
 the window taps unrolled (the depthwise conv schedule: same block structure).
+``pool2d.nchwc``: the blocked depthwise conv's stages and schedule (each thread pads the rows
+its tiles read; every tap one vector load along the channels, for any stride).
 Global / adaptive average pooling stays with the fallback schedule, whose
 parallel row reduction already runs at memory speed on ResNet's 7x7 maps.
 """
@@ -9,16 +12,20 @@ from __future__ import annotations
 
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
-from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise
+from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise, schedule_depthwise_nchwc
 from ..topi_kernels import pool
 from ..topi_kernels.conv2d import ConvGeom, phase_interior
-from .conv2d import placeholders
+from ..workload import channel_block
+from .conv2d import lanes, placeholders
+from .conv2d_blocked import tile_default, tile_space
 from .conv2d_rows import dw_default, dw_space
 from .registry import PLEVEL, Candidate, register
 
 
 def geom(wl) -> ConvGeom:
-    n, c, h, w = wl.shapes[0]
+    n, c, h, w = wl.shapes[0][:4]
+    block = channel_block(wl.attr("layout"))
+    c = c * block if block else c
     kh, kw = wl.attr("pool_size")
     out = wl.attr("out_shape")
     g = ConvGeom(n, c, h, w, c, kh, kw, tuple(wl.attr("strides")), tuple(wl.attr("padding")),
@@ -30,11 +37,11 @@ def geom(wl) -> ConvGeom:
     return g
 
 
-def _check(wl, target):
+def _check(wl, target, layout: str = "NCHW"):
     if wl.dtypes[0] not in ("float32", "float16") or wl.out_dtype != wl.dtypes[0]:
         return f"float32/float16 only, got {wl.dtypes[0]} -> {wl.out_dtype}"
-    if wl.attr("layout") != "NCHW":
-        return f"layout {wl.attr('layout')} not handled (needs NCHW)"
+    if wl.attr("layout") != layout:
+        return f"layout {wl.attr('layout')} not handled (needs {layout})"
     if any(d == 0 for d in wl.shapes[0]):
         return "zero-size dimension"
     if wl.attr("kind") == "avg" and wl.attr("ceil_mode"):
@@ -62,3 +69,22 @@ def _build(wl, cfg: RowConfig, target):
 
 register(Candidate("pool2d.rows", ("llvm",), PLEVEL.BLOCKED, _check, RowConfig, space=_space, default=_default,
                    build=_build, version=2, added_knobs=("rows",)))
+
+
+def _nchwc_check(wl, target):
+    return _check(wl, target, f"NCHW{lanes(target)}c")
+
+
+def _nchwc_build(wl, cfg: RowConfig, target):
+    g, ln = geom(wl), lanes(target)
+    (X,) = placeholders(wl)
+    _, _, D = pool.pool2d_nchwc(X, g, ln, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
+                                ow_pad=cfg.reg_n, oh_pad=cfg.rows)
+    sch = create_schedule([X, D])
+    schedule_depthwise_nchwc(sch, cfg, ln)
+    return finish(sch, "pool2d.nchwc")
+
+
+register(Candidate("pool2d.nchwc", ("llvm",), PLEVEL.BLOCKED, _nchwc_check, RowConfig,
+                   space=lambda wl, t: tile_space(geom(wl), t), default=lambda wl, t: tile_default(geom(wl), t),
+                   build=_nchwc_build))

@@ -84,9 +84,10 @@ def _zero(dtype):
     return tirx.const(0, dtype)
 
 
-def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0):
-    """``(n, c, hp, wp) -> X`` at padded coordinates, zero outside the image; ``block``: ``X``
-    is blocked NCHW{block}c, ``(N, C/block, H, W, block)``."""
+def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0, fill=None):
+    """``(n, c, hp, wp) -> X`` at padded coordinates, ``fill`` (zero) outside the image; ``block``:
+    ``X`` is blocked NCHW{block}c, ``(N, C/block, H, W, block)``."""
+    fill = _zero(X.dtype) if fill is None else fill
     top, left = g.pad[0], g.pad[1]
 
     def read(n, c, hp, wp):
@@ -98,7 +99,7 @@ def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0)
             val = X[n, c // block, hc, wc, c % block]
         else:
             val = X[n, c, hc, wc] if layout == "NCHW" else X[n, hc, wc, c]
-        return tirx.if_then_else(inside, val, _zero(X.dtype))
+        return tirx.if_then_else(inside, val, fill)
 
     return read
 

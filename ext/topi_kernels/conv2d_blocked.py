@@ -29,24 +29,39 @@ def pack_weight_depthwise(Wt: te.Tensor, g: ConvGeom, block: int) -> te.Tensor:
                       name="Wb")
 
 
+def padded_tiles(X: te.Tensor, g: ConvGeom, block: int, *, ow_pad: int = 1, oh_pad: int = 1, fill=None):
+    """``P[n, q, hp, wp, r]``: the blocked input padded (``fill``, zero by default) to the rows and
+    columns whole ``oh_pad`` x ``ow_pad`` output tiles read; shared by the depthwise conv and pooling."""
+    OHp, OWp = ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)
+    Hp = (OHp - 1) * g.stride[0] + (g.KH - 1) * g.dilation[0] + 1
+    Wpd = (OWp - 1) * g.stride[1] + (g.KW - 1) * g.dilation[1] + 1
+    read = padded_read(X, g, block=block, fill=fill)
+    return te.compute(tuple(_i64(d) for d in (g.N, g.C // block, Hp, Wpd, block)),
+                      lambda n, q, hp, wp, r: read(n, q * block + r, hp, wp), name="P")
+
+
+def window_tap(P: te.Tensor, g: ConvGeom):
+    """``(n, q, oh, ow, r, kh, kw) -> P``: the tap ``(kh, kw)`` of output ``(oh, ow)``."""
+    (sh, sw), (dh, dw) = g.stride, g.dilation
+    return lambda n, q, oh, ow, r, kh, kw: P[n, q, oh * sh + kh * dh, ow * sw + kw * dw, r]
+
+
+def tile_shape(g: ConvGeom, block: int, ow_pad: int = 1, oh_pad: int = 1) -> tuple:
+    """``(N, C/block, OH, OW, block)`` with ``OH``/``OW`` padded to whole tiles."""
+    return tuple(_i64(d) for d in (g.N, g.C // block, ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad), block))
+
+
 def depthwise_nchwc(X: te.Tensor, Wb: te.Tensor, g: ConvGeom, block: int, *, ow_pad: int = 1, oh_pad: int = 1,
                     epilogue=(), extras=(), out_dtype="float32"):
     """Depthwise conv (``groups == C == O``) on NCHW{block}c; returns ``(P, C, D)``. ``C`` covers
     ``oh``/``ow`` padded to ``oh_pad``/``ow_pad`` (whole register tiles); ``P`` its padded input."""
-    sh, sw = g.stride
-    dh, dw = g.dilation
-    OHp, OWp = ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)
-    Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
-    Wpd = (OWp - 1) * sw + (g.KW - 1) * dw + 1
-    read = padded_read(X, g, block=block)
-    Q = g.C // block
-    P = te.compute(tuple(_i64(d) for d in (g.N, Q, Hp, Wpd, block)),
-                   lambda n, q, hp, wp, r: read(n, q * block + r, hp, wp), name="P")
+    P = padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad)
+    tap = window_tap(P, g)
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    C = te.compute(tuple(_i64(d) for d in (g.N, Q, OHp, OWp, block)), lambda n, q, oh, ow, r: te.sum(
-        P[n, q, oh * sh + kh * dh, ow * sw + kw * dw, r].astype(out_dtype) * Wb[q, kh, kw, r].astype(out_dtype),
+    C = te.compute(tile_shape(g, block, ow_pad, oh_pad), lambda n, q, oh, ow, r: te.sum(
+        tap(n, q, oh, ow, r, kh, kw).astype(out_dtype) * Wb[q, kh, kw, r].astype(out_dtype),
         axis=[kh, kw]), name="C")
-    D = ep.fused_output(tuple(_i64(d) for d in (g.N, Q, g.OH, g.OW, block)), lambda *i: C[i], epilogue, extras,
-                        out_dtype)
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.C // block, g.OH, g.OW, block)), lambda *i: C[i], epilogue,
+                        extras, out_dtype)
     return P, C, D

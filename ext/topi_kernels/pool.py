@@ -1,4 +1,5 @@
-"""2-D max / average pooling, NCHW, as the same three stages as depthwise conv::
+"""2-D max / average pooling, NCHW (and NCHW{b}c: ``pool2d_nchwc``), as the same three stages as
+depthwise conv::
 
     P[n, c, hp, ph, q] = Xpad[n, c, hp, q*sw + ph]   # pad value: -inf (max) or 0 (avg); in-kernel
     C[n, c, oh, ow] = reduce_{kh, kw} Xpad[n, c, oh*sh + kh*dh, ow*sw + kw*dw]  # read from P, padded tiles
@@ -6,15 +7,28 @@
 
 ``count`` is ``KH*KW`` clipped to the padded image when ``count_include_pad``
 (PyTorch's rule: the window never counts rows past ``H + pad_bottom``), else
-the number of taps inside the image. Cost: ``KH*KW`` loads per output,
+the number of taps inside the image. A NaN in a max window gives NaN (``reduce.nan_max``), as
+in PyTorch. Cost: ``KH*KW`` loads per output,
 input read once (``P``).
 """
 from __future__ import annotations
 
 from tvm import te, tirx
 
+from . import conv2d_blocked as cb
+from . import reduce
 from .conv2d import ConvGeom, phase_planes
 from .matmul import _i64, ceil_to
+
+
+def _fill(kind: str, dt: str):
+    """The padding's value: ``-inf`` (max: a window of ``-inf`` stays ``-inf``) or 0 (avg)."""
+    return reduce.identity("max", dt) if kind == "max" else tirx.const(0, dt)
+
+
+def _reducer(kind: str):
+    """``nan_max`` (a NaN in the window gives NaN, as in PyTorch; TVM's max drops it) or ``sum``."""
+    return reduce.nan_max if kind == "max" else te.sum
 
 
 def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool = False, ow_pad: int = 1,
@@ -22,17 +36,22 @@ def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool
     """Returns ``(P, C, D)``; ``g`` describes the window (``KH, KW``, stride, padding, dilation, ``O == C``).
     ``P`` is the depthwise conv's column-phase padded input (``conv2d.phase_planes``): every tap
     reads a contiguous run of the output row, also for stride 2."""
-    sh, sw = g.stride
     dt = X.dtype
-    fill = tirx.min_value(dt) if kind == "max" else tirx.const(0, dt)
-    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=fill)
+    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, dt))
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    red = te.max if kind == "max" else te.sum
+    red = _reducer(kind)
     shape = (_i64(g.N), _i64(g.C), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
     C = te.compute(shape, lambda n, c, oh, ow: red(tap(n, c, oh, ow, kh, kw), axis=[kh, kw]), name="C")
     if kind == "max":
         return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)), lambda *i: C[i], name="D")
+    count = window_count(g, count_include_pad, C.dtype)
+    return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)),
+                            lambda n, c, oh, ow: C[n, c, oh, ow] / count(oh, ow), name="D")
+
+
+def window_count(g: ConvGeom, count_include_pad: bool, dt: str):
+    """``(oh, ow) -> `` the number of taps an average divides by (see module doc), as ``dt``."""
 
     def extent(o, s, k, size, pad_lo, pad_hi):
         start = o * s - _i64(pad_lo)
@@ -40,8 +59,26 @@ def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool
             return te.min(start + _i64(k), _i64(size + pad_hi)) - start
         return te.min(start + _i64(k), _i64(size)) - te.max(start, _i64(0))
 
-    def avg(n, c, oh, ow):
-        cnt = extent(oh, sh, g.KH, g.H, g.pad[0], g.pad[2]) * extent(ow, sw, g.KW, g.W, g.pad[1], g.pad[3])
-        return C[n, c, oh, ow] / te.max(cnt, _i64(1)).astype(dt)
+    sh, sw = g.stride
+    return lambda oh, ow: te.max(extent(oh, sh, g.KH, g.H, g.pad[0], g.pad[2])
+                                 * extent(ow, sw, g.KW, g.W, g.pad[1], g.pad[3]), _i64(1)).astype(dt)
 
-    return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)), avg, name="D")
+
+def pool2d_nchwc(X: te.Tensor, g: ConvGeom, block: int, *, kind: str, count_include_pad: bool = False,
+                 ow_pad: int = 1, oh_pad: int = 1):
+    """Pooling on NCHW{block}c (``(N, C/block, H, W, block)``, the output too), the blocked depthwise
+    conv's stages (``conv2d_blocked``): every tap one whole-vector load along the channels, for any
+    stride. Returns ``(P, C, D)``."""
+    dt = X.dtype
+    P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, dt))
+    tap = cb.window_tap(P, g)
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    red = _reducer(kind)
+    C = te.compute(cb.tile_shape(g, block, ow_pad, oh_pad),
+                   lambda n, q, oh, ow, r: red(tap(n, q, oh, ow, r, kh, kw), axis=[kh, kw]), name="C")
+    out = tuple(_i64(d) for d in (g.N, g.C // block, g.OH, g.OW, block))
+    if kind == "max":
+        return P, C, te.compute(out, lambda *i: C[i], name="D")
+    count = window_count(g, count_include_pad, dt)
+    return P, C, te.compute(out, lambda n, q, oh, ow, r: C[n, q, oh, ow, r] / count(oh, ow), name="D")

@@ -159,8 +159,14 @@ def _nchw(wl: Workload, layout: str, x):
 
 def pool2d(wl: Workload, xs):
     """Max or average pooling (``ceil_mode`` windows may run past the padding; an average
-    counts the padded window when ``count_include_pad``, else the image part, as PyTorch)."""
+    counts the padded window when ``count_include_pad``, else the image part, as PyTorch).
+    A blocked ``NCHW{b}c`` layout is un-blocked before and re-blocked after."""
     layout = str(wl.attr("layout", "NCHW"))
+    b = channel_block(layout)
+    if b:
+        out = unblock(np.empty(wl.attr("out_shape"), "int8")).shape
+        y = pool2d(wl.with_(attrs={**dict(wl.attrs), "layout": "NCHW", "out_shape": out}), [unblock(xs[0])])
+        return block(y, b)
     x = _nchw(wl, layout, xs[0].astype("float64"))
     N, C, H, W = x.shape
     (kh, kw), (sh, sw), (dh, dw) = wl.attr("pool_size"), wl.attr("strides", (1, 1)), wl.attr("dilation", (1, 1))

@@ -16,7 +16,7 @@ OPS = {"relax.nn.max_pool2d": "max", "relax.nn.avg_pool2d": "avg"}
 
 def _check(variant: str, ann: dict) -> bool:
     ty = ann["x"].ty
-    return isinstance(ty, relax.TensorType) and ty.shape is not None and len(ty.shape) == 4
+    return isinstance(ty, relax.TensorType) and ty.shape is not None and len(ty.shape) in (4, 5)  # 5: NCHW{b}c
 
 
 def _extract(comp: Composite):
@@ -33,4 +33,4 @@ def _extract(comp: Composite):
 
 
 register_family(Family("pool2d", [(kind, single_op_anchor(op)) for op, kind in OPS.items()], _check, _extract,
-                       chains=False, covers="4-D input"))
+                       chains=False, covers="4-D input (5-D: NCHW{b}c)"))
