@@ -17,7 +17,7 @@ conv2d.direct_nchwc      2*N*OH*OW*O*Cg*KH*KW; in/out + pack + unpack        0.7
 conv2d.direct_nhwc       same                                               0.55
 conv2d.winograd          ``winograd_ratio`` x the direct kernel's            0.60
 conv2d.depthwise         direct flops; in/out                               0.45
-conv2d.conv1x1           direct flops; in/out (NCHW in place)               0.90, less
+conv2d.conv1x1           direct flops; in/out (NCHW in place)               0.90, 0.4
                                                                             past L1
 conv2d.pointwise         GEMM; in/out + input packing + output copy         0.65
 conv2d.im2col            GEMM; in/out + patch matrix + output copy          0.65
@@ -69,20 +69,23 @@ def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc") -> float:
     return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + layout_bytes(g))
 
 
-#: one conv1x1 tile's input (``C x tile_px`` floats) stays in L1 up to about this many bytes
-CONV1X1_L1_TILE = 48 * 1024
+#: below this efficiency a conv1x1 tile works from L2: measured 170-280 GFLOPS against the blocked
+#: kernel's 300-430 on 33 1x1 layers of MobileViT(V2), MobileNetV2 and EfficientNet (AMD Zen 5)
+CONV1X1_L2_EFFICIENCY = 0.4
 
 
 def conv1x1(g: cv.ConvGeom, target, tile_px: int, ob: int) -> float:
-    """Reads and writes NCHW in place. Each input vector it loads feeds ``ob`` multiply-adds;
-    once one tile's input (read once per block of ``ob`` output channels) outgrows L1 the loads
-    come from L2 and fewer than 3 per load leave the FMA units waiting: 0.3 of peak per output
-    channel of the tile, measured 0.59-0.61 at ``ob = 2`` (128->512 at 28x28, 256->64 at 56x56,
-    192->32 at 28x28, where the blocked kernel is faster) and 0.9 at ``ob = 3`` (144->24 at
-    56x56)."""
-    eff = EFFICIENCY["conv1x1"]
-    if 4 * g.C * tile_px > CONV1X1_L1_TILE:
-        eff = min(eff, 0.3 * ob)
+    """Reads and writes NCHW in place. Each tile's input (``C x tile_px`` floats) is read once per
+    block of ``ob`` output channels and all weights (``O x C``) once per tile: while both fit in
+    twice L1, each input vector it loads feeds ``ob`` multiply-adds from L1 (0.9 of peak at
+    ``ob >= 3``, 0.3 per output channel below: 144->24 at 56x56, 16->96 at 112x112). Past that the
+    loads come from L2 and the kernel runs at ``CONV1X1_L2_EFFICIENCY`` whatever ``ob``: 384->768
+    at 16x16 ran 196 GFLOPS, the blocked kernel 395 (``tile_px`` 128, 1.2 MB of weights); the
+    rule without the weights picked conv1x1 on 31 of those 33 layers, 1.36x the fastest
+    kernels' total time, with them 1.15x."""
+    eff = EFFICIENCY["conv1x1"] if ob >= 3 else 0.3 * ob
+    if 4 * g.C * (tile_px + g.O) > 2 * cpu_info(target).l1_bytes:
+        eff = CONV1X1_L2_EFFICIENCY
     return seconds(2 * macs(g), target, eff, io_bytes(g))
 
 
