@@ -259,3 +259,52 @@ def test_nan_stays_nan_through_blocked_concat_and_pools(cpu_target):
     finite = ~np.isnan(got)
     assert_close(got[finite], ref[finite], rtol=0, atol=1e-4 * float(np.abs(ref[finite]).max()))
 
+
+
+class _Wide1x1(torch.nn.Module):
+    """MobileViTV2's first stage: a 1x1 64->128 on a 128x128 plane between blocked convs."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.a = nn.Conv2d(3, 64, 3, 1, 1)
+        self.b = nn.Conv2d(64, 128, 1)
+        self.c = nn.Conv2d(128, 128, 3, 1, 1, groups=128)
+        self.d = nn.Conv2d(128, 64, 1)
+
+    def forward(self, x):
+        silu = torch.nn.functional.silu
+        return self.d(silu(self.c(silu(self.b(silu(self.a(x)))))))
+
+
+class _Narrow1x1(torch.nn.Module):
+    """MobileNetV2's first block: depthwise 32 at 112x112, then 1x1 32->16 and 16->96."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(3, 32, 3, 2, 1)
+        self.dw = nn.Conv2d(32, 32, 3, 1, 1, groups=32)
+        self.project = nn.Conv2d(32, 16, 1)
+        self.expand = nn.Conv2d(16, 96, 1)
+
+    def forward(self, x):
+        return self.expand(self.project(torch.relu(self.dw(torch.relu(self.stem(x))))))
+
+
+def test_conv1x1_pick_traded_only_with_both_sides_blocked(cpu_target):
+    """A ``conv2d.conv1x1`` pick goes to the blocked kernel when its estimate with both sides
+    NCHW16c is lower (64->128 at 128x128: 1.37 ms conv1x1, 0.68 blocked, timed alone), and stays
+    conv1x1 when the region would block only one side (32->16 at 112x112: 0.046 ms conv1x1, 0.073
+    blocked in and NCHW out)."""
+    torch.manual_seed(5)
+    for model, x, traded in ((_Wide1x1(), torch.randn(1, 3, 128, 128), ("conv2d.direct_nchwc", "NCHW16c", None)),
+                             (_Narrow1x1(), torch.randn(1, 3, 224, 224), ("conv2d.conv1x1", "NCHW", None))):
+        model.eval()
+        with torch.no_grad():
+            ref = model(x).numpy()
+        got, rep = _build(model, x, "1")
+        one_by_one = [k for k, d in zip(_kernels(rep), (d for d in rep.decisions if d.workload.op == "conv2d"))
+                      if d.workload.shapes[1][2:] == (1, 1) and d.workload.shapes[1][:2] in ((128, 64), (16, 32))]
+        assert one_by_one == [traded], _kernels(rep)
+        assert_close(got, ref, rtol=0, atol=1e-4 * float(np.abs(ref).max()))

@@ -37,6 +37,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..strategies import REGISTRY
 from ..strategies.conv2d import lanes
 from ..target import target_kind
 from ..workload import Workload
@@ -46,10 +47,14 @@ UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.nn.silu", "relax
          "relax.tanh", "relax.nn.leakyrelu", "relax.exp", "relax.negative", "relax.abs", "relax.sqrt",
          "relax.rsqrt", "relax.erf", "relax.square"}
 #: the NCHW picks of a dense conv that take NCHW{b}c on either side, and what a blocked side saves:
-#: the kernel's in-kernel pack or unpack (1; Winograd's input pack and output scatter alike). ``conv2d.conv1x1``
-#: picks are not traded: it reads and writes NCHW as it lies, and on its shapes (rows of whole
-#: vectors, few channels) the blocked kernel measured slower (EfficientNet-B0 +12% with them traded)
+#: the kernel's in-kernel pack or unpack (1; Winograd's input pack and output scatter alike)
 DIRECT = {"conv2d.direct_nchwc": 1, "conv2d.winograd": 1}
+#: NCHW picks that read and write NCHW as it lies: a region may take such a conv to the blocked
+#: kernel when its estimate with both sides blocked (no pack, no unpack) is below the pick's. Traded
+#: unconditionally, EfficientNet-B0 ran 12% slower (16->96 at 112x112 and the like stay conv1x1);
+#: by estimate, MobileViTV2's 64->128 at 128x128 goes blocked (conv1x1 1.46 ms alone, 0.70 blocked
+#: at 64x64 for twice the channels)
+TRADED = {"conv2d.conv1x1"}
 POOL = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 
@@ -68,8 +73,9 @@ def _tensor_args(call) -> list:
 class _Plan:
     """The regions of one function and which of them to convert (see module doc)."""
 
-    def __init__(self, func: relax.Function, b: int, choose):
-        self.b, self.choose = b, choose
+    def __init__(self, func: relax.Function, b: int, choose, blocked_faster, untraded=frozenset()):
+        self.b, self.choose, self.blocked_faster, self.untraded = b, choose, blocked_faster, untraded
+        self.traded: dict = {}  # conv var -> its input, for convs taken from a TRADED pick
         self.parent: dict = {}
         self.produced: set = set()  # region values computed by a region op (the rest are packed)
         self.conv: dict = {}  # var -> "dw" | (in_ok, out_ok) for convs that may take part
@@ -89,6 +95,11 @@ class _Plan:
             cost[self._root(v)] += (v in self.users) if v in self.produced else 1
         self.converted = {v for v in self.parent if self.gain[self._root(v)] > cost[self._root(v)]}
         self.rewrite = self.converted & self.produced
+
+    def half_traded(self) -> set:
+        """Traded convs left with one side NCHW: the estimate that traded them assumed both blocked
+        (1x1 32->16 at 112x112: conv1x1 0.046 ms, blocked in and NCHW out 0.073, both blocked 0.038)."""
+        return {v for v, x in self.traded.items() if not (v in self.converted and x in self.converted)}
 
     # -- union-find over region values
     def _root(self, v):
@@ -182,15 +193,20 @@ class _Plan:
         attrs = {"strides": tuple(int(s) for s in a.strides), "padding": tuple(int(p) for p in a.padding),
                  "dilation": tuple(int(d) for d in a.dilation), "groups": groups, "data_layout": "NCHW",
                  "kernel_layout": "OIHW", "out_shape": tuple(out), "w_const": isinstance(w, _CONST)}
-        pick = self.choose(Workload("conv2d", [tuple(xs), tuple(ws)], ["float32"] * 2, "float32", attrs=attrs))
+        wl = Workload("conv2d", [tuple(xs), tuple(ws)], ["float32"] * 2, "float32", attrs=attrs)
+        pick = self.choose(wl)
         if pick == "conv2d.depthwise" and groups == C == O and C % self.b == 0 and isinstance(x, relax.Var):
             self.conv[v] = "dw"
             self._join(v, x)
             self.produced.add(v)
             return {x}
+        in_ok, out_ok = C % self.b == 0, O % self.b == 0
+        if (pick in TRADED and groups == 1 and in_ok and out_ok and v not in self.untraded
+                and isinstance(x, relax.Var) and self.blocked_faster(wl, pick)):
+            pick = "conv2d.direct_nchwc"
+            self.traded[v] = x
         if pick not in DIRECT or groups != 1:
             return set()
-        in_ok, out_ok = C % self.b == 0, O % self.b == 0
         self.conv[v] = (in_ok, out_ok)
         if out_ok:
             self._join(v)
@@ -310,6 +326,14 @@ class _Rewrite(PyExprMutator):
         return self.builder_.emit(value) if isinstance(v, relax.DataflowVar) else self.builder_.emit_output(value)
 
 
+def _blocked_wl(wl: Workload, b: int) -> Workload:
+    """A plain NCHW conv2d workload with NCHW{b}c activations on both sides."""
+    (n, c, h, w), wt = wl.shapes
+    n_, o, oh, ow = wl.attr("out_shape")
+    attrs = {**dict(wl.attrs), "data_layout": f"NCHW{b}c", "out_shape": (n_, o // b, oh, ow, b)}
+    return wl.with_(shapes=((n, c // b, h, w, b), wt), attrs=attrs)
+
+
 def block_channels() -> bool:
     """Whether builds run ``BlockChannels``: on unless ``EXT_BLOCK_CHANNELS=0`` (for A/B timing)."""
     return os.environ.get("EXT_BLOCK_CHANNELS", "1") != "0"
@@ -328,10 +352,18 @@ def BlockChannels(target, selector) -> tvm.transform.Pass:  # noqa: N802 - TVM p
         def choose(wl):
             return selector.choose(wl).name
 
+        def blocked_faster(wl, pick):
+            """The blocked kernel with both sides NCHW{b}c estimated faster than ``pick`` on ``wl``."""
+            blocked = REGISTRY.get("conv2d.direct_nchwc")
+            est = REGISTRY.get(pick).estimated(wl, target)
+            return est is not None and blocked.estimated(_blocked_wl(wl, b), target) < est
+
         plans = {}
         for _, func in mod.functions_items():
             if isinstance(func, relax.Function):
-                plan = _Plan(func, b, choose)
+                plan = _Plan(func, b, choose, blocked_faster)
+                while plan.half_traded():  # plan again with those convs left to their pick
+                    plan = _Plan(func, b, choose, blocked_faster, plan.untraded | plan.half_traded())
                 if plan.converted:
                     plans[func] = plan
         if not plans:

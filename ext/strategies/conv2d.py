@@ -218,7 +218,7 @@ def _direct_transforms(wl, cfg: DirectConfig, target):
 register(Candidate("conv2d.direct_nchwc", ("llvm",), PLEVEL.BLOCKED, _direct_check, DirectConfig,
                    space=_direct_space, default=_direct_default, build=_direct_build,
                    transforms=_direct_transforms, suits=_direct_suits, added_knobs=("order",),
-                   estimate=lambda wl, t: cost.direct(geom(wl), t)))
+                   estimate=lambda wl, t: cost.direct(geom(wl), t, blocks=io_blocks(wl))))
 
 
 # -- conv2d.winograd ----------------------------------------------------------------------------------
@@ -297,4 +297,4 @@ def _wino_transforms(wl, cfg, target):
 
 register(Candidate("conv2d.winograd", ("llvm",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
                    space=_wino_space, default=_wino_default, build=_wino_build, transforms=_wino_transforms,
-                   added_knobs=("parallel",), estimate=lambda wl, t: cost.winograd(geom(wl), t)))
+                   added_knobs=("parallel",), estimate=lambda wl, t: cost.winograd(geom(wl), t, blocks=io_blocks(wl))))

@@ -58,15 +58,16 @@ def seconds(flops: float, target, efficiency: float, moved_bytes: float = 0.0) -
     return flops / (info.peak_flops * efficiency) + moved_bytes / info.stream_bytes_per_s
 
 
-def layout_bytes(g: cv.ConvGeom) -> int:
+def layout_bytes(g: cv.ConvGeom, blocks: tuple = (0, 0)) -> int:
     """The blocked kernels' extra traffic: the input packed (written and read once more) unless a
-    1x1 stride-1 unpadded conv reads it in place, and the output unpacked from the blocked layout."""
-    packed = not (g.KH == g.KW == 1 and g.stride == (1, 1) and not any(g.pad))
-    return 8 * (g.N * g.C * g.H * g.W * packed + g.N * g.O * g.OH * g.OW)
+    1x1 stride-1 unpadded conv reads it in place or it comes blocked (``blocks[0]``, NCHW{b}c:
+    ``BlockChannels``), and the output unpacked unless it stays blocked (``blocks[1]``)."""
+    packed = not (g.KH == g.KW == 1 and g.stride == (1, 1) and not any(g.pad)) and not blocks[0]
+    return 8 * (g.N * g.C * g.H * g.W * packed + g.N * g.O * g.OH * g.OW * (not blocks[1]))
 
 
-def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc") -> float:
-    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + layout_bytes(g))
+def direct(g: cv.ConvGeom, target, variant: str = "direct_nchwc", blocks: tuple = (0, 0)) -> float:
+    return seconds(2 * macs(g), target, EFFICIENCY[variant], io_bytes(g) + layout_bytes(g, blocks))
 
 
 #: below this efficiency a conv1x1 tile works from L2: measured 170-280 GFLOPS against the blocked
@@ -107,10 +108,10 @@ def winograd_ratio(g: cv.ConvGeom, m: int, lanes: int) -> float:
     return work / (g.N * g.OH * g.OW * g.O * g.C * 9)
 
 
-def winograd(g: cv.ConvGeom, target) -> float:
+def winograd(g: cv.ConvGeom, target, blocks: tuple = (0, 0)) -> float:
     lanes = cpu_info(target).lanes_f32
     work = 2 * macs(g) * winograd_ratio(g, wino_tile(g, lanes), lanes)
-    return seconds(work, target, EFFICIENCY["winograd"], io_bytes(g) + layout_bytes(g))
+    return seconds(work, target, EFFICIENCY["winograd"], io_bytes(g) + layout_bytes(g, blocks))
 
 
 def depthwise(g: cv.ConvGeom, target) -> float:
