@@ -167,14 +167,19 @@ def test_inverted_residual_blocks_run_blocked_and_match_torch(cpu_target, hw):
     assert_close(got, plain, rtol=0, atol=1e-5 * scale)
 
 
-def test_nan_stays_nan_through_a_blocked_region(cpu_target):
-    torch.manual_seed(1)
-    model = _Inverted().eval()
-    x = torch.randn(1, 3, 16, 16)
-    x[0, 1, 5, 7] = float("nan")
+def _with_nan(model_class, shape, at, seed: int):
+    """``(model, x, PyTorch's output, ext's with the pass)`` for an input with one NaN at ``at``."""
+    torch.manual_seed(seed)
+    model = model_class().eval()
+    x = torch.randn(*shape)
+    x[at] = float("nan")
     with torch.no_grad():
         ref = model(x).numpy()
-    got, _ = _build(model, x, "1")
+    return model, x, ref, _build(model, x, "1")[0]
+
+
+def test_nan_stays_nan_through_a_blocked_region(cpu_target):
+    _, _, ref, got = _with_nan(_Inverted, (1, 3, 16, 16), (0, 1, 5, 7), seed=1)
     assert np.isnan(ref).any()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
 
@@ -244,14 +249,8 @@ def test_concat_and_pools_stay_blocked_and_match_torch(cpu_target, hw):
 def test_nan_stays_nan_through_blocked_concat_and_pools(cpu_target):
     """Every NaN of PyTorch's output is NaN in ext's, with the pass and without it alike. (ext's
     NaN set is larger: a Winograd layer spreads a NaN over its whole output tile, as any Winograd
-    kernel does; the max pools alone keep PyTorch's set exactly, ``test_candidates``' shapes.)"""
-    torch.manual_seed(4)
-    model = _Dense().eval()
-    x = torch.randn(1, 3, 48, 40)
-    x[0, 2, 3, 4] = float("nan")
-    with torch.no_grad():
-        ref = model(x).numpy()
-    got, _ = _build(model, x, "1")
+    kernel does; the pools alone keep PyTorch's set exactly: ``test_nan_inf``.)"""
+    model, x, ref, got = _with_nan(_Dense, (1, 3, 48, 40), (0, 2, 3, 4), seed=4)
     plain, _ = _build(model, x, "0")
     assert np.isnan(ref).any() and not np.isnan(ref).all()
     assert np.isnan(got[np.isnan(ref)]).all()

@@ -11,19 +11,25 @@ Regions: values are joined into regions through the ops that compute the same in
 either layout, per element: the activations and other one-tensor element-wise ops,
 binary element-wise ops whose other operand is a scalar, a per-channel tensor
 (bias, the squeeze-and-excitation gate ``(N, C, 1, 1)``) or another value of the
-region, ``mean`` over the spatial axes with ``keepdims``, and depthwise convs (the
-blocked depthwise kernel, ``conv2d.depthwise_nchwc``, reads and writes NCHW{b}c).
+region, ``mean`` over the spatial axes with ``keepdims``, depthwise convs (the
+blocked depthwise kernel, ``conv2d.depthwise_nchwc``, reads and writes NCHW{b}c), concats
+along the channels of whole ``b``-blocks (the concat of the blocks) and max / average
+pools (``pool2d.nchwc``).
 A region's edges are dense convs the Selector would give to ``conv2d.direct_nchwc`` or
 ``conv2d.winograd`` (both take either layout on either side), and every other use. A region is
 converted when what it saves beats what it costs: one in-kernel unpack per conv
 writing into it and one in-kernel pack per conv reading from it, against one
-``layout_transform`` per value used outside it (the graph's output, a pool, a
-reshape) and per full-size value packed into it.
+``layout_transform`` per value used outside it (the graph's output, a reshape) and per
+full-size value packed into it.
 
-Convs with channels not in whole ``b``-blocks, grouped convs other than depthwise,
-``conv2d.conv1x1`` picks (NCHW as it lies) and symbolic shapes stay NCHW, outside
-any region. Per-channel constants are re-laid out here (``(1, C/b, 1, 1, b)``), other
-per-channel operands by a ``layout_transform``; conv weights stay OIHW (the kernels
+A ``conv2d.conv1x1`` pick (NCHW as it lies) joins as a blocked conv when the blocked
+kernel's estimate with both sides blocked is lower; if the plan then leaves one of its
+sides NCHW, the function is planned again with that conv left to its pick. Convs with
+channels not in whole ``b``-blocks, grouped convs other than depthwise and symbolic
+shapes stay NCHW, outside any region.
+
+Per-channel constants are re-laid out here (``(1, C/b, 1, 1, b)``), other per-channel
+operands by a ``layout_transform``; conv weights stay OIHW (the kernels
 pack them at compile time). ``FuseEpilogues`` then fuses bias, activation, residual
 and gate into the blocked convs as before.
 """
