@@ -35,6 +35,7 @@ and gate into the blocked convs as before.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 
@@ -355,9 +356,11 @@ def BlockChannels(target, selector) -> tvm.transform.Pass:  # noqa: N802 - TVM p
             return mod
         b = lanes(target)
 
+        @functools.cache  # a plan made again asks again
         def choose(wl):
             return selector.choose(wl).name
 
+        @functools.cache
         def blocked_faster(wl, pick):
             """The blocked kernel with both sides NCHW{b}c estimated faster than ``pick`` on ``wl``."""
             blocked = REGISTRY.get("conv2d.direct_nchwc")
@@ -368,8 +371,8 @@ def BlockChannels(target, selector) -> tvm.transform.Pass:  # noqa: N802 - TVM p
         for _, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 plan = _Plan(func, b, choose, blocked_faster)
-                while plan.half_traded():  # plan again with those convs left to their pick
-                    plan = _Plan(func, b, choose, blocked_faster, plan.untraded | plan.half_traded())
+                while half := plan.half_traded():  # plan again with those convs left to their pick
+                    plan = _Plan(func, b, choose, blocked_faster, plan.untraded | half)
                 if plan.converted:
                     plans[func] = plan
         if not plans:

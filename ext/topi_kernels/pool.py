@@ -31,23 +31,29 @@ def _reducer(kind: str):
     return reduce.nan_max if kind == "max" else te.sum
 
 
+def _pooled(tap, shape, out_shape, g: ConvGeom, kind: str, count_include_pad: bool, dt: str):
+    """``C`` (the window reduced over tiles of ``shape``) and ``D`` (``C`` at ``out_shape``, divided
+    by the window count for an average). ``tap(*index, kh, kw)``; either layout has ``oh, ow`` at
+    index 2 and 3."""
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    red = _reducer(kind)
+    C = te.compute(shape, lambda *i: red(tap(*i, kh, kw), axis=[kh, kw]), name="C")
+    if kind == "max":
+        return C, te.compute(out_shape, lambda *i: C[i], name="D")
+    count = window_count(g, count_include_pad, dt)
+    return C, te.compute(out_shape, lambda *i: C[i] / count(i[2], i[3]), name="D")
+
+
 def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool = False, ow_pad: int = 1,
                 oh_pad: int = 1):
     """Returns ``(P, C, D)``; ``g`` describes the window (``KH, KW``, stride, padding, dilation, ``O == C``).
     ``P`` is the depthwise conv's column-phase padded input (``conv2d.phase_planes``): every tap
     reads a contiguous run of the output row, also for stride 2."""
-    dt = X.dtype
-    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, dt))
-    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
-    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    red = _reducer(kind)
-    shape = (_i64(g.N), _i64(g.C), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
-    C = te.compute(shape, lambda n, c, oh, ow: red(tap(n, c, oh, ow, kh, kw), axis=[kh, kw]), name="C")
-    if kind == "max":
-        return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)), lambda *i: C[i], name="D")
-    count = window_count(g, count_include_pad, C.dtype)
-    return P, C, te.compute(tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW)),
-                            lambda n, c, oh, ow: C[n, c, oh, ow] / count(oh, ow), name="D")
+    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
+    shape = tuple(_i64(d) for d in (g.N, g.C, ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)))
+    out = tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW))
+    return (P, *_pooled(tap, shape, out, g, kind, count_include_pad, X.dtype))
 
 
 def window_count(g: ConvGeom, count_include_pad: bool, dt: str):
@@ -69,16 +75,7 @@ def pool2d_nchwc(X: te.Tensor, g: ConvGeom, block: int, *, kind: str, count_incl
     """Pooling on NCHW{block}c (``(N, C/block, H, W, block)``, the output too), the blocked depthwise
     conv's stages (``conv2d_blocked``): every tap one whole-vector load along the channels, for any
     stride. Returns ``(P, C, D)``."""
-    dt = X.dtype
-    P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, dt))
-    tap = cb.window_tap(P, g)
-    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
-    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    red = _reducer(kind)
-    C = te.compute(cb.tile_shape(g, block, ow_pad, oh_pad),
-                   lambda n, q, oh, ow, r: red(tap(n, q, oh, ow, r, kh, kw), axis=[kh, kw]), name="C")
+    P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
     out = tuple(_i64(d) for d in (g.N, g.C // block, g.OH, g.OW, block))
-    if kind == "max":
-        return P, C, te.compute(out, lambda *i: C[i], name="D")
-    count = window_count(g, count_include_pad, dt)
-    return P, C, te.compute(out, lambda n, q, oh, ow, r: C[n, q, oh, ow, r] / count(oh, ow), name="D")
+    return (P, *_pooled(cb.window_tap(P, g), cb.tile_shape(g, block, ow_pad, oh_pad), out, g, kind,
+                        count_include_pad, X.dtype))
