@@ -2,6 +2,7 @@
 ``BlockChannels`` on small graphs against PyTorch (with the pass off as a second reference)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -16,6 +17,8 @@ from ext.runner import CompiledCandidate, random_inputs
 from ext.strategies import REGISTRY
 from ext.strategies._util import lanes
 from ext.testing import assert_close
+from ext.tuning.references import REFERENCES
+from ext.workload import Workload
 from conv2d_helpers import blocked_wl, conv_tol, reference
 
 
@@ -84,9 +87,39 @@ def test_depthwise_nchwc_matches_numpy(cpu_target, shape):
     cand = REGISTRY.get("conv2d.depthwise_nchwc")
     assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
     xs = random_inputs(wl, seed=sum(v if isinstance(v, int) else sum(v) for v in shape))
-    for cfg in [cand.default_config(wl, cpu_target)] + cand.space(wl, cpu_target)[::5]:
+    for cfg in _both_orders(cand.default_config(wl, cpu_target)) + cand.space(wl, cpu_target)[::5]:
         out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
         assert_close(out, reference(wl, xs), **conv_tol(wl), what=f"{shape} {cfg}")
+
+
+def _both_orders(cfg) -> list:
+    """``cfg`` with each parallel order of the blocked sliding-window kernels (``TileConfig``)."""
+    return [dataclasses.replace(cfg, order=o) for o in ("channels", "rows")]
+
+
+# (kind, C, H, W, K, stride, pad, ceil_mode): odd planes, more threads' worth of rows than blocks
+POOLS = [("max", 32, 13, 11, 3, 2, 1, False), ("avg", 16, 9, 7, 2, 2, 0, False), ("max", 48, 27, 27, 3, 2, 0, True),
+         ("avg", 16, 15, 17, 3, 1, 1, False)]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=lambda c: "{}c{}h{}w{}k{}s{}p{}ceil{}".format(*c))
+def test_pool2d_nchwc_both_orders_match_numpy(cpu_target, case):
+    kind, C, H, W, k, s, p, ceil = case
+    ln = lanes(cpu_target)
+    out_hw = [-(-(n + 2 * p - k) // s) + 1 if ceil else (n + 2 * p - k) // s + 1 for n in (H, W)]
+    attrs = {"kind": kind, "pool_size": (k, k), "strides": (s, s), "padding": (p,) * 4, "dilation": (1, 1),
+             "ceil_mode": ceil, "count_include_pad": False, "layout": f"NCHW{ln}c",
+             "out_shape": (1, C // ln, *out_hw, ln)}
+    wl = Workload("pool2d", [(1, C // ln, H, W, ln)], ["float32"], "float32", attrs=attrs)
+    cand = REGISTRY.get("pool2d.nchwc")
+    assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
+    ref_fn, tol = REFERENCES["pool2d"]
+    xs = random_inputs(wl, seed=C + H)
+    want = np.asarray(ref_fn(wl, xs), "float64")
+    rtol, atol = tol(wl)
+    for cfg in _both_orders(cand.default_config(wl, cpu_target)) + cand.space(wl, cpu_target)[::6]:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out.astype("float64"), want.reshape(out.shape), rtol=rtol, atol=atol, what=f"{case} {cfg}")
 
 
 def test_blocked_candidates_decline_with_reasons(cpu_target):

@@ -12,7 +12,7 @@ from tvm import te
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import conv2d as sched
-from ..tir_schedules.cpu.conv2d import RowConfig
+from ..tir_schedules.cpu.conv2d import TileConfig
 from ..topi_kernels import conv2d_blocked as cb
 from ..topi_kernels import host
 from ..topi_kernels.matmul import _i64
@@ -33,23 +33,24 @@ def _check(wl, target):
     return None
 
 
-def tile_default(g, target) -> RowConfig:
+def tile_default(g, target, order: str = "channels") -> TileConfig:
     """The register tile of a blocked sliding window (depthwise conv, pooling): one row of up to 14
-    pixel vectors, or two rows on narrow planes."""
+    pixel vectors, or two rows on narrow planes; ``order`` the parallel split (``TileConfig``)."""
     acc = cpu_info(target).accumulators
     if g.OW <= acc // 2 and g.OH > 1:  # narrow planes: two rows for more independent FMA chains
-        return RowConfig(reg_n=g.OW, rows=2)
-    return RowConfig(reg_n=pick_reg_n(g.OW, min(14, acc)), rows=1)
+        return TileConfig(reg_n=g.OW, rows=2, order=order)
+    return TileConfig(reg_n=pick_reg_n(g.OW, min(14, acc)), rows=1, order=order)
 
 
-def tile_space(g, target) -> list[RowConfig]:
+def tile_space(g, target) -> list[TileConfig]:
     acc = cpu_info(target).accumulators
     out = []
-    for rows in (1, 2, 4):
-        for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, acc // rows), min(g.OW, acc // rows)}):
-            cfg = RowConfig(reg_n=reg_n, rows=rows)
-            if reg_n * rows <= acc and reg_n <= max(g.OW, 4) and cfg not in out:
-                out.append(cfg)
+    for order in ("channels", "rows"):
+        for rows in (1, 2, 4):
+            for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, acc // rows), min(g.OW, acc // rows)}):
+                cfg = TileConfig(reg_n=reg_n, rows=rows, order=order)
+                if reg_n * rows <= acc and reg_n <= max(g.OW, 4) and cfg not in out:
+                    out.append(cfg)
     return out
 
 
@@ -58,7 +59,7 @@ def _wshape(wl, target):
     return (g.O // lanes(target), g.KH, g.KW, lanes(target))
 
 
-def _build(wl, cfg: RowConfig, target):
+def _build(wl, cfg: TileConfig, target):
     g, ln = geom(wl), lanes(target)
     X, Wb, *extras = placeholders(wl, _wshape(wl, target))
     _, _, D = cb.depthwise_nchwc(X, Wb, g, ln, ow_pad=cfg.reg_n, oh_pad=cfg.rows, epilogue=wl.epilogue,
@@ -77,7 +78,7 @@ def _transforms(wl, cfg, target):
     return {1: host.attach(finish(sch, "conv2d.pack_depthwise"), "conv2d.pack_depthwise", block=ln)}
 
 
-register(Candidate("conv2d.depthwise_nchwc", ("llvm",), PLEVEL.SPECIALIZED, _check, RowConfig,
-                   space=lambda wl, t: tile_space(geom(wl), t),
+register(Candidate("conv2d.depthwise_nchwc", ("llvm",), PLEVEL.SPECIALIZED, _check, TileConfig,
+                   space=lambda wl, t: tile_space(geom(wl), t), added_knobs=("order",),
                    default=lambda wl, t: tile_default(geom(wl), t), build=_build, transforms=_transforms,
                    estimate=lambda wl, t: cost.depthwise(geom(wl), t)))

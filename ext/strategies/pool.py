@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
-from ..tir_schedules.cpu.conv2d import RowConfig, schedule_depthwise, schedule_depthwise_nchwc
+from ..tir_schedules.cpu.conv2d import RowConfig, TileConfig, schedule_depthwise, schedule_depthwise_nchwc
 from ..topi_kernels import pool
 from ..topi_kernels.conv2d import ConvGeom, phase_interior
 from ..workload import channel_block
@@ -75,7 +75,7 @@ def _nchwc_check(wl, target):
     return _check(wl, target, f"NCHW{lanes(target)}c")
 
 
-def _nchwc_build(wl, cfg: RowConfig, target):
+def _nchwc_build(wl, cfg: TileConfig, target):
     g, ln = geom(wl), lanes(target)
     (X,) = placeholders(wl)
     _, _, D = pool.pool2d_nchwc(X, g, ln, kind=wl.attr("kind"), count_include_pad=bool(wl.attr("count_include_pad")),
@@ -85,6 +85,7 @@ def _nchwc_build(wl, cfg: RowConfig, target):
     return finish(sch, "pool2d.nchwc")
 
 
-register(Candidate("pool2d.nchwc", ("llvm",), PLEVEL.BLOCKED, _nchwc_check, RowConfig,
-                   space=lambda wl, t: tile_space(geom(wl), t), default=lambda wl, t: tile_default(geom(wl), t),
-                   build=_nchwc_build))
+register(Candidate("pool2d.nchwc", ("llvm",), PLEVEL.BLOCKED, _nchwc_check, TileConfig,
+                   space=lambda wl, t: tile_space(geom(wl), t),
+                   default=lambda wl, t: tile_default(geom(wl), t),
+                   build=_nchwc_build, added_knobs=("order",)))
