@@ -8,6 +8,7 @@ names (ext kernels are named after their candidate: ``matmul_packed``,
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 from .strategies import REGISTRY
@@ -25,20 +26,23 @@ def candidate_of(symbol: str) -> str:
     return best or "fallback"
 
 
-def profile(vm, args, runs: int = 5) -> list[dict]:
+def profile(vm, args, runs: int = 5, clock=time.perf_counter) -> list[dict]:
     """Run ``vm["main"](*args)`` ``runs`` times and return per-symbol rows sorted by time.
 
-    Each row: ``symbol``, ``candidate``, ``calls`` (per run), ``ms`` (per run), ``share``.
+    Each row: ``symbol``, ``candidate``, ``calls`` (per run), ``ms`` (per run: the median over
+    the runs of the symbol's time in that run), ``share``. The median, not the mean: on a
+    shared machine one preempted call adds milliseconds to whichever symbol it hits (a 1.5 us
+    ``vm.builtin.alloc_tensor`` once showed 156 us per call in a mean over 10 runs).
     """
-    stats: dict[str, list] = {}
+    per_run: list[dict[str, list]] = []
     starts: dict[str, float] = {}
 
     def instrument(func, symbol, before_run, ret_value, *rest):
-        now = time.perf_counter()
+        now = clock()
         if before_run:
             starts[symbol] = now
         else:
-            entry = stats.setdefault(symbol, [0, 0.0])
+            entry = per_run[-1].setdefault(symbol, [0, 0.0])
             entry[0] += 1
             entry[1] += now - starts.pop(symbol, now)
         return 0  # VMInstrumentReturnKind.NO_OP: keep running
@@ -47,11 +51,15 @@ def profile(vm, args, runs: int = 5) -> list[dict]:
     vm.set_instrument(instrument)
     try:
         for _ in range(runs):
+            per_run.append({})
             vm["main"](*args)
     finally:
         vm.set_instrument(None)
-    total = sum(v[1] for v in stats.values()) or 1.0
-    rows = [{"symbol": s, "candidate": candidate_of(s), "calls": c / runs, "ms": t / runs * 1e3, "share": t / total}
+    symbols = {s for run in per_run for s in run}
+    stats = {s: (statistics.median(run.get(s, [0, 0.0])[0] for run in per_run),
+                 statistics.median(run.get(s, [0, 0.0])[1] for run in per_run)) for s in symbols}
+    total = sum(t for _, t in stats.values()) or 1.0
+    rows = [{"symbol": s, "candidate": candidate_of(s), "calls": c, "ms": t * 1e3, "share": t / total}
             for s, (c, t) in stats.items()]
     return sorted(rows, key=lambda r: -r["ms"])
 
