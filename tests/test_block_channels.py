@@ -99,18 +99,22 @@ def _both_orders(cfg) -> list:
 
 # (kind, C, H, W, K, stride, pad, ceil_mode): odd planes, more threads' worth of rows than blocks
 POOLS = [("max", 32, 13, 11, 3, 2, 1, False), ("avg", 16, 9, 7, 2, 2, 0, False), ("max", 48, 27, 27, 3, 2, 0, True),
-         ("avg", 16, 15, 17, 3, 1, 1, False)]
+         ("avg", 16, 15, 17, 3, 1, 1, False), ("max", 32, 21, 21, 3, 2, 0, False)]
+
+
+def _blocked_pool(case, ln):
+    kind, C, H, W, k, s, p, ceil = case
+    out_hw = [-(-(n + 2 * p - k) // s) + 1 if ceil else (n + 2 * p - k) // s + 1 for n in (H, W)]
+    attrs = {"kind": kind, "pool_size": (k, k), "strides": (s, s), "padding": (p,) * 4, "dilation": (1, 1),
+             "ceil_mode": ceil, "count_include_pad": False, "layout": f"NCHW{ln}c",
+             "out_shape": (1, C // ln, *out_hw, ln)}
+    return Workload("pool2d", [(1, C // ln, H, W, ln)], ["float32"], "float32", attrs=attrs)
 
 
 @pytest.mark.parametrize("case", POOLS, ids=lambda c: "{}c{}h{}w{}k{}s{}p{}ceil{}".format(*c))
 def test_pool2d_nchwc_both_orders_match_numpy(cpu_target, case):
     kind, C, H, W, k, s, p, ceil = case
-    ln = lanes(cpu_target)
-    out_hw = [-(-(n + 2 * p - k) // s) + 1 if ceil else (n + 2 * p - k) // s + 1 for n in (H, W)]
-    attrs = {"kind": kind, "pool_size": (k, k), "strides": (s, s), "padding": (p,) * 4, "dilation": (1, 1),
-             "ceil_mode": ceil, "count_include_pad": False, "layout": f"NCHW{ln}c",
-             "out_shape": (1, C // ln, *out_hw, ln)}
-    wl = Workload("pool2d", [(1, C // ln, H, W, ln)], ["float32"], "float32", attrs=attrs)
+    wl = _blocked_pool(case, lanes(cpu_target))
     cand = REGISTRY.get("pool2d.nchwc")
     assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
     ref_fn, tol = REFERENCES["pool2d"]
@@ -120,6 +124,31 @@ def test_pool2d_nchwc_both_orders_match_numpy(cpu_target, case):
     for cfg in _both_orders(cand.default_config(wl, cpu_target)) + cand.space(wl, cpu_target)[::6]:
         out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
         assert_close(out.astype("float64"), want.reshape(out.shape), rtol=rtol, atol=atol, what=f"{case} {cfg}")
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool2d_nchwc_reads_in_place_without_padding(cpu_target, kind):
+    """No padding and tiles inside the image: no pad stage, the taps read the input; +-inf and NaN
+    still come out as PyTorch's."""
+    from ext.strategies.pool import geom
+    from ext.topi_kernels.conv2d_blocked import reads_inside
+
+    ln = lanes(cpu_target)
+    cand = REGISTRY.get("pool2d.nchwc")
+    inside, padded = _blocked_pool((kind, 32, 21, 21, 3, 2, 0, False), ln), _blocked_pool((kind, 32, 21, 21, 3, 2, 1, False), ln)
+    for wl, in_place in ((inside, True), (padded, False)):
+        cfg = cand.default_config(wl, cpu_target)
+        assert reads_inside(geom(wl), cfg.reg_n, cfg.rows) is in_place
+        assert ('("P")' in cand.build(wl, cfg, cpu_target).script()) is not in_place
+    x = np.random.default_rng(5).normal(size=(1, 32, 21, 21)).astype("float32")
+    x[0, 3, 4, 5], x[0, 17, 0, 0], x[0, 30, 20, 20] = np.nan, np.inf, -np.inf
+    xb = x.reshape(1, 32 // ln, ln, 21, 21).transpose(0, 1, 3, 4, 2).copy()
+    pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
+    want = pool(torch.from_numpy(x), 3, 2).numpy()
+    out = CompiledCandidate(cand, inside, cand.default_config(inside, cpu_target), cpu_target).run([xb])
+    got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_blocked_candidates_decline_with_reasons(cpu_target):

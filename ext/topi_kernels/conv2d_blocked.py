@@ -40,6 +40,14 @@ def padded_tiles(X: te.Tensor, g: ConvGeom, block: int, *, ow_pad: int = 1, oh_p
                       lambda n, q, hp, wp, r: read(n, q * block + r, hp, wp), name="P")
 
 
+def reads_inside(g: ConvGeom, ow_pad: int = 1, oh_pad: int = 1) -> bool:
+    """Whether every window of every whole ``oh_pad`` x ``ow_pad`` tile lies inside the unpadded
+    image: then the taps can read ``X`` itself and the pad stage ``P`` is a copy for nothing."""
+    OHp, OWp = ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)
+    return (not any(g.pad) and (OHp - 1) * g.stride[0] + (g.KH - 1) * g.dilation[0] < g.H
+            and (OWp - 1) * g.stride[1] + (g.KW - 1) * g.dilation[1] < g.W)
+
+
 def window_tap(P: te.Tensor, g: ConvGeom):
     """``(n, q, oh, ow, r, kh, kw) -> P``: the tap ``(kh, kw)`` of output ``(oh, ow)``."""
     (sh, sw), (dh, dw) = g.stride, g.dilation

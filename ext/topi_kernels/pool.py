@@ -74,8 +74,12 @@ def pool2d_nchwc(X: te.Tensor, g: ConvGeom, block: int, *, kind: str, count_incl
                  ow_pad: int = 1, oh_pad: int = 1):
     """Pooling on NCHW{block}c (``(N, C/block, H, W, block)``, the output too), the blocked depthwise
     conv's stages (``conv2d_blocked``): every tap one whole-vector load along the channels, for any
-    stride. Returns ``(P, C, D)``."""
-    P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
+    stride. Returns ``(P, C, D)``; ``P`` is ``X`` itself when no window of the tiles reaches past the
+    image (no padding: SqueezeNet's pools), so the taps read the input in place."""
+    if cb.reads_inside(g, ow_pad, oh_pad):
+        P = X
+    else:
+        P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
     out = tuple(_i64(d) for d in (g.N, g.C // block, g.OH, g.OW, block))
     return (P, *_pooled(cb.window_tap(P, g), cb.tile_shape(g, block, ow_pad, oh_pad), out, g, kind,
                         count_include_pad, X.dtype))

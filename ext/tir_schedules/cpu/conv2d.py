@@ -201,9 +201,10 @@ def schedule_depthwise_nchwc(sch: s_tir.Schedule, cfg: TileConfig, lanes: int) -
     par = sch.fuse(*((n, ohb, q) if cfg.order == "rows" else (n, q, ohb)))
     sch.parallel(par)
     sch.reorder(par, owo, kh, kw, ohi, owi, r)
-    p = sch.get_sblock("P")
-    sch.compute_at(p, par)
-    _vectorize_split(sch, sch.get_loops(p)[-1], lanes)
+    if has_block(sch, "P"):  # no pad stage when the taps read the input in place
+        p = sch.get_sblock("P")
+        sch.compute_at(p, par)
+        _vectorize_split(sch, sch.get_loops(p)[-1], lanes)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
     _vectorize_split(sch, sch.get_loops(cw)[-1], lanes)
