@@ -127,25 +127,33 @@ def test_pool2d_nchwc_both_orders_match_numpy(cpu_target, case):
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
-def test_pool2d_nchwc_reads_in_place_without_padding(cpu_target, kind):
-    """No padding and tiles inside the image: no pad stage, the taps read the input; +-inf and NaN
-    still come out as PyTorch's."""
+@pytest.mark.parametrize("pad", [0, 1])
+def test_pool2d_nchwc_reads_in_place(cpu_target, kind, pad):
+    """No pad stage when the windows lie inside the image, and for a padded max pool (taps clamped
+    into the image); a padded average pool and a dilated max pool keep it. +-inf and NaN at the
+    borders still come out as PyTorch's."""
     from ext.strategies.pool import geom
     from ext.topi_kernels.conv2d_blocked import reads_inside
 
     ln = lanes(cpu_target)
     cand = REGISTRY.get("pool2d.nchwc")
-    inside, padded = _blocked_pool((kind, 32, 21, 21, 3, 2, 0, False), ln), _blocked_pool((kind, 32, 21, 21, 3, 2, 1, False), ln)
-    for wl, in_place in ((inside, True), (padded, False)):
-        cfg = cand.default_config(wl, cpu_target)
-        assert reads_inside(geom(wl), cfg.reg_n, cfg.rows) is in_place
-        assert ('("P")' in cand.build(wl, cfg, cpu_target).script()) is not in_place
+    wl = _blocked_pool((kind, 32, 21, 21, 3, 2, pad, False), ln)
+    cfg = cand.default_config(wl, cpu_target)
+    assert reads_inside(geom(wl), cfg.reg_n, cfg.rows) is (pad == 0)
+    has_pad_stage = '("P")' in cand.build(wl, cfg, cpu_target).script()
+    assert has_pad_stage is (kind == "avg" and pad == 1)
+    if kind == "max":
+        dilated = Workload("pool2d", wl.shapes, wl.dtypes, wl.out_dtype,
+                           attrs={**dict(wl.attrs), "dilation": (2, 2), "out_shape": (1, 32 // ln, 9, 9, ln)})
+        assert '("P")' in cand.build(dilated, cand.default_config(dilated, cpu_target), cpu_target).script()
     x = np.random.default_rng(5).normal(size=(1, 32, 21, 21)).astype("float32")
-    x[0, 3, 4, 5], x[0, 17, 0, 0], x[0, 30, 20, 20] = np.nan, np.inf, -np.inf
+    x[0, 3, 4, 5], x[0, 17, 0, 0], x[0, 30, 20, 20], x[0, 9, 0, 20] = np.nan, np.inf, -np.inf, np.nan
+    x[0, 21, :, :] = -np.inf  # a plane of -inf: every window of it, border ones too, stays -inf
     xb = x.reshape(1, 32 // ln, ln, 21, 21).transpose(0, 1, 3, 4, 2).copy()
     pool = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
-    want = pool(torch.from_numpy(x), 3, 2).numpy()
-    out = CompiledCandidate(cand, inside, cand.default_config(inside, cpu_target), cpu_target).run([xb])
+    kw = {} if kind == "max" else {"count_include_pad": False}
+    want = pool(torch.from_numpy(x), 3, 2, pad, **kw).numpy()
+    out = CompiledCandidate(cand, wl, cfg, cpu_target).run([xb])
     got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

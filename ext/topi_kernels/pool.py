@@ -74,12 +74,28 @@ def pool2d_nchwc(X: te.Tensor, g: ConvGeom, block: int, *, kind: str, count_incl
                  ow_pad: int = 1, oh_pad: int = 1):
     """Pooling on NCHW{block}c (``(N, C/block, H, W, block)``, the output too), the blocked depthwise
     conv's stages (``conv2d_blocked``): every tap one whole-vector load along the channels, for any
-    stride. Returns ``(P, C, D)``; ``P`` is ``X`` itself when no window of the tiles reaches past the
-    image (no padding: SqueezeNet's pools), so the taps read the input in place."""
+    stride. Returns ``(P, C, D)``. The taps read ``X`` in place (``P`` is ``X``, no pad stage) when no
+    window of the tiles reaches past the image, and for any undilated max pool: a tap outside the
+    image is clamped to the nearest row or column inside, which lies in the same window, so the
+    window's max (and a NaN in it) is unchanged. Average pools with padding and dilated max pools
+    read a padded copy."""
     if cb.reads_inside(g, ow_pad, oh_pad):
-        P = X
+        P, tap = X, cb.window_tap(X, g)
+    elif kind == "max" and tuple(g.dilation) == (1, 1):
+        P, tap = X, _clamped_tap(X, g)
     else:
         P = cb.padded_tiles(X, g, block, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
+        tap = cb.window_tap(P, g)
     out = tuple(_i64(d) for d in (g.N, g.C // block, g.OH, g.OW, block))
-    return (P, *_pooled(cb.window_tap(P, g), cb.tile_shape(g, block, ow_pad, oh_pad), out, g, kind,
-                        count_include_pad, X.dtype))
+    return (P, *_pooled(tap, cb.tile_shape(g, block, ow_pad, oh_pad), out, g, kind, count_include_pad, X.dtype))
+
+
+def _clamped_tap(X: te.Tensor, g: ConvGeom):
+    """The window tap of an undilated window at an index clamped into the image (see ``pool2d_nchwc``)."""
+    (sh, sw), (top, left) = g.stride, g.pad[:2]
+
+    def clamp(i, size):
+        return te.max(te.min(i, _i64(size - 1)), _i64(0))
+
+    return lambda n, q, oh, ow, r, kh, kw: X[n, q, clamp(oh * sh + kh - _i64(top), g.H),
+                                             clamp(ow * sw + kw - _i64(left), g.W), r]
