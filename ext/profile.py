@@ -56,8 +56,10 @@ def profile(vm, args, runs: int = 5, clock=time.perf_counter) -> list[dict]:
     finally:
         vm.set_instrument(None)
     symbols = {s for run in per_run for s in run}
-    stats = {s: (statistics.median(run.get(s, [0, 0.0])[0] for run in per_run),
-                 statistics.median(run.get(s, [0, 0.0])[1] for run in per_run)) for s in symbols}
+    stats = {}
+    for s in symbols:  # a run without the symbol counts as zero calls, zero time
+        calls, secs = zip(*(run.get(s, (0, 0.0)) for run in per_run))
+        stats[s] = statistics.median(calls), statistics.median(secs)
     total = sum(t for _, t in stats.values()) or 1.0
     rows = [{"symbol": s, "candidate": candidate_of(s), "calls": c, "ms": t * 1e3, "share": t / total}
             for s, (c, t) in stats.items()]

@@ -68,6 +68,11 @@ def test_direct_blocked_se_scale_and_clip(cpu_target):
     assert_close(out, reference(wl, xs), **conv_tol(wl))
 
 
+def _both_orders(cfg) -> list:
+    """``cfg`` with each parallel order of the blocked sliding-window kernels (``TileConfig``)."""
+    return [dataclasses.replace(cfg, order=o) for o in ("channels", "rows")]
+
+
 # (N, C, H, W, K, stride, pad, dilation)
 DEPTHWISE = [
     (1, 32, 13, 13, 3, 1, 1, 1),
@@ -90,11 +95,6 @@ def test_depthwise_nchwc_matches_numpy(cpu_target, shape):
     for cfg in _both_orders(cand.default_config(wl, cpu_target)) + cand.space(wl, cpu_target)[::5]:
         out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
         assert_close(out, reference(wl, xs), **conv_tol(wl), what=f"{shape} {cfg}")
-
-
-def _both_orders(cfg) -> list:
-    """``cfg`` with each parallel order of the blocked sliding-window kernels (``TileConfig``)."""
-    return [dataclasses.replace(cfg, order=o) for o in ("channels", "rows")]
 
 
 # (kind, C, H, W, K, stride, pad, ceil_mode): odd planes, more threads' worth of rows than blocks

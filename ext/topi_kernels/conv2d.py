@@ -84,6 +84,11 @@ def _zero(dtype):
     return tirx.const(0, dtype)
 
 
+def clamp_index(i, size: int):
+    """``i`` clamped into ``[0, size)``: the in-image row or column nearest to a padded one."""
+    return te.max(te.min(i, _i64(size - 1)), _i64(0))
+
+
 def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0, fill=None):
     """``(n, c, hp, wp) -> X`` at padded coordinates, ``fill`` (zero) outside the image; ``block``:
     ``X`` is blocked NCHW{block}c, ``(N, C/block, H, W, block)``."""
@@ -93,8 +98,7 @@ def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0,
     def read(n, c, hp, wp):
         h, w = hp - _i64(top), wp - _i64(left)
         inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
-        hc = te.max(te.min(h, _i64(g.H - 1)), _i64(0))
-        wc = te.max(te.min(w, _i64(g.W - 1)), _i64(0))
+        hc, wc = clamp_index(h, g.H), clamp_index(w, g.W)
         if block:
             val = X[n, c // block, hc, wc, c % block]
         else:
@@ -254,7 +258,7 @@ def phase_planes(X: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1,
     def pack(n, c, hp, ph, q):
         h, w = hp - _i64(top), q * _i64(sw) + ph - _i64(left)
         inside = tirx.all(h >= 0, h < g.H, w >= 0, w < g.W)
-        val = X[n, c, te.max(te.min(h, _i64(g.H - 1)), _i64(0)), te.max(te.min(w, _i64(g.W - 1)), _i64(0))]
+        val = X[n, c, clamp_index(h, g.H), clamp_index(w, g.W)]
         return tirx.if_then_else(inside, val, fill)
 
     P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(sw), _i64(Q)), pack, name="P")

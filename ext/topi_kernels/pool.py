@@ -17,7 +17,7 @@ from tvm import te, tirx
 
 from . import conv2d_blocked as cb
 from . import reduce
-from .conv2d import ConvGeom, phase_planes
+from .conv2d import ConvGeom, clamp_index, phase_planes
 from .matmul import _i64, ceil_to
 
 
@@ -93,9 +93,5 @@ def pool2d_nchwc(X: te.Tensor, g: ConvGeom, block: int, *, kind: str, count_incl
 def _clamped_tap(X: te.Tensor, g: ConvGeom):
     """The window tap of an undilated window at an index clamped into the image (see ``pool2d_nchwc``)."""
     (sh, sw), (top, left) = g.stride, g.pad[:2]
-
-    def clamp(i, size):
-        return te.max(te.min(i, _i64(size - 1)), _i64(0))
-
-    return lambda n, q, oh, ow, r, kh, kw: X[n, q, clamp(oh * sh + kh - _i64(top), g.H),
-                                             clamp(ow * sw + kw - _i64(left), g.W), r]
+    return lambda n, q, oh, ow, r, kh, kw: X[n, q, clamp_index(oh * sh + kh - _i64(top), g.H),
+                                             clamp_index(ow * sw + kw - _i64(left), g.W), r]
