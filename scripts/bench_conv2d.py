@@ -64,7 +64,15 @@ MOBILENET = [
     ("mv2.1x1 28x28 32->192", 32, 28, 192, 1, 1, 0),
     ("mv2.1x1 14x14 384->64", 384, 14, 64, 1, 1, 0),
 ]
-MODELS = {"resnet18": RESNET18, "resnet50": RESNET50, "mobilenet": MOBILENET,
+# 3-channel stems: one input channel block of 3, the largest planes of their models
+STEMS = [
+    ("stem.resnet 7x7/2 3->64", 3, 224, 64, 7, 2, 3),
+    ("stem.squeezenet 3x3/2 3->64", 3, 224, 64, 3, 2, 0),
+    ("stem.mobilenet 3x3/2 3->32", 3, 224, 32, 3, 2, 1),
+    ("stem.efficientnet 3x3/2 3->32", 3, 224, 32, 3, 2, 1),
+    ("stem.mobilenetv3 3x3/2 3->16", 3, 224, 16, 3, 2, 1),
+]
+MODELS = {"resnet18": RESNET18, "stems": STEMS, "resnet50": RESNET50, "mobilenet": MOBILENET,
           "small": RESNET18[1:2] + RESNET18[8:9]}
 
 
@@ -121,7 +129,7 @@ def main():
     # preempted by other processes on a shared machine is not counted)
     clock = time.thread_time if args.cpu_time else time.perf_counter
     target = ext.target.cpu()
-    layers = RESNET18 + RESNET50 + MOBILENET if args.model == "all" else MODELS[args.model]
+    layers = RESNET18 + RESNET50 + MOBILENET + STEMS if args.model == "all" else MODELS[args.model]
     if args.layers:
         layers = [lay for lay in layers if any(s in lay[0] for s in args.layers.split(","))]
     rng = np.random.default_rng(0)

@@ -1,6 +1,7 @@
 """Canonicalization before fusion: inference-mode batch norm, conv1d as a conv2d of
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), the two clips
-of an exported ReLU6 as one (``merge_clips``), GELU's tanh form written out as one op
+of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
+mean or max over H and W (``global_pool``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), common-subexpression elimination, bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
@@ -12,6 +13,7 @@ from tvm import relax
 from .conv1d import Conv1dToConv2d
 from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
+from .global_pool import GlobalPoolToReduce
 from .merge_clips import MergeClips
 from .slice_bounds import ProveSliceBounds
 from .unflatten_linear import UnflattenLinear
@@ -23,6 +25,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         relax.transform.DecomposeOpsForInference(),
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         MergeClips(),
+        GlobalPoolToReduce(),  # EfficientNet's AvgPool2d(1280, ceil_mode=True) head: a mean
         RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
         FoldRemainingConstants(),
