@@ -37,6 +37,8 @@ SHAPES = [
     (1, 19, 8, 16, 21, 1, 1, 0, 1, 1),     # 1x1 in place (conv1x1): prime channels, one-vector rows
     (2, 5, 4, 12, 7, 1, 1, 0, 1, 1),       # 1x1 in place, batch 2, two rows fill three 8-lane vectors
     (1, 7, 3, 112, 13, 1, 1, 0, 1, 1),     # 1x1 in place, 112-wide rows (7 vectors)
+    (1, 5, 3, 160, 11, 1, 1, 0, 1, 1),     # 1x1 in place, 160-wide rows: column tiles (conv1x1 cols)
+    (2, 3, 2, 264, 7, 1, 1, 0, 1, 1),      # the same, batch 2, rows of 33 8-lane vectors
 ]
 
 
@@ -93,6 +95,22 @@ def test_space_points_are_correct(cpu_target, name):
     for cfg in space[:: max(1, len(space) // 4)]:
         out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
         assert_close(out, ref, rtol=1e-5, atol=2e-4, what=f"{name} {cfg}")
+
+
+def test_conv1x1_column_tiles(cpu_target):
+    """Rows wider than a register tile (MobileNetV2's 160x160 layers at 320x320) split into column
+    tiles of whole vectors; every point of that space is right, and whole-row shapes keep cols=0."""
+    cand = REGISTRY.get("conv2d.conv1x1")
+    wl = conv_wl(1, 6, 3, 176, 10, 1, pad=0, epilogue=("bias", "residual", "sigmoid"))
+    space = cand.space(wl, cpu_target)
+    assert space and all(c.cols and 176 % c.cols == 0 and c.rows == 1 for c in space), space
+    assert cand.default_config(wl, cpu_target).cols > 0
+    xs = random_inputs(wl, seed=11)
+    ref = reference(wl, xs)
+    for cfg in space:
+        out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(out, ref, rtol=1e-5, atol=2e-5, what=f"conv1x1 {cfg}")
+    assert all(c.cols == 0 for c in cand.space(conv_wl(1, 16, 8, 112, 96, 1, pad=0), cpu_target))
 
 
 def test_candidates_decline_with_reasons(cpu_target):

@@ -20,7 +20,10 @@ A region's edges are dense convs the Selector would give to ``conv2d.direct_nchw
 converted when what it saves beats what it costs: one in-kernel unpack per conv
 writing into it and one in-kernel pack per conv reading from it, against one
 ``layout_transform`` per value used outside it (the graph's output, a reshape) and per
-full-size value packed into it.
+full-size value packed into it, each weighed by the elements it moves (a pass over memory
+either way): the 1x1 conv before a head's spatial mean saves a 1280x7x7 unpack for a
+1280-element one after the mean, and a squeeze-and-excitation branch's pooled vector costs
+next to nothing to leave the region, where counting transforms made them even.
 
 A ``conv2d.conv1x1`` pick (NCHW as it lies) joins as a blocked conv when the blocked
 kernel's estimate with both sides blocked is lower; if the plan then leaves one of its
@@ -69,6 +72,12 @@ BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rela
 _CONST = tvm.ir.expr.Constant
 
 
+def _elements(v) -> int:
+    """What a layout change of ``v`` costs, in pack/unpack and ``layout_transform`` alike: one
+    pass over its elements (region values have static shapes)."""
+    return int(np.prod(static_dims(v) or [1]))
+
+
 def _op(call) -> str:
     return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
 
@@ -96,10 +105,10 @@ class _Plan:
         self._uses(func.body.body, set())
         for x, _, gain in self.readers:
             if x in self.parent:
-                self.gain[self._root(x)] += gain
+                self.gain[self._root(x)] += gain * _elements(x)
         cost = Counter()
         for v in self.parent:  # a produced value used outside: one unpack; one from outside: one pack
-            cost[self._root(v)] += (v in self.users) if v in self.produced else 1
+            cost[self._root(v)] += ((v in self.users) if v in self.produced else 1) * _elements(v)
         self.converted = {v for v in self.parent if self.gain[self._root(v)] > cost[self._root(v)]}
         self.rewrite = self.converted & self.produced
 
@@ -218,7 +227,7 @@ class _Plan:
         if out_ok:
             self._join(v)
             self.produced.add(v)
-            self.gain[self._root(v)] += DIRECT[pick]
+            self.gain[self._root(v)] += DIRECT[pick] * _elements(v)
         if in_ok and isinstance(x, relax.Var):
             self.readers.append((x, v, DIRECT[pick]))
             return {x}

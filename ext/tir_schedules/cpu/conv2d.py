@@ -245,10 +245,13 @@ def schedule_phase_pack(sch: s_tir.Schedule, p, interior: tuple) -> None:
 @dataclasses.dataclass(frozen=True)
 class Conv1x1Config:
     """``rows`` output rows (whole rows: a rectangular tile) x ``ob`` output channels per
-    register tile; ``rows * W / lanes * ob`` accumulators."""
+    register tile; ``rows * W / lanes * ob`` accumulators. ``cols`` > 0 (with ``rows == 1``):
+    the tile is ``cols`` columns of one row instead, for rows wider than a register tile
+    (160 px and up); 0, the default and every record before the knob, is whole rows."""
 
     rows: int = 1
     ob: int = 3
+    cols: int = 0
 
 
 def schedule_conv1x1(sch: s_tir.Schedule, cfg: Conv1x1Config, lanes: int) -> None:
@@ -259,11 +262,16 @@ def schedule_conv1x1(sch: s_tir.Schedule, cfg: Conv1x1Config, lanes: int) -> Non
     n, o, h, w, rc = sch.get_loops(c)
     ho, hi = sch.split(h, [None, cfg.rows])
     oo, oi = sch.split(o, [None, cfg.ob])
-    sch.reorder(n, ho, oo, rc, oi, hi, w)
+    if cfg.cols:  # column tiles of one row: (n, row, column tile) in parallel
+        wo, w = sch.split(w, [None, cfg.cols])
+        outer = (n, ho, wo)
+    else:
+        outer = (n, ho)
+    sch.reorder(*outer, oo, rc, oi, hi, w)
     px = sch.fuse(hi, w)
     vec_w = vector_width(extent(sch, px), lanes)
     pv, lane = sch.split(px, [None, vec_w])
-    par = sch.fuse(n, ho)
+    par = sch.fuse(*outer)
     sch.parallel(par)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, oo)
