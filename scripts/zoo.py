@@ -18,6 +18,7 @@ all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ex
     python scripts/zoo.py --models resnet50 bert_base --rounds 9 --json zoo.json --plot zoo.png
     python scripts/zoo.py --models segformer_b0 --rounds 3 --profile 15   # where each spends its time
     python scripts/zoo.py --models mobilenet_v2 bert_base --frontend onnx  # ext from the ONNX file
+    python scripts/zoo.py --models resnet50 efficientnet_b0 --size 320 --batch 2   # other input sizes
 
 ``--profile N`` adds, per model, ext's per-kernel profile (``ext.profile``: the N slowest
 kernels and the time per candidate) and onnxruntime's per-op-type times from its own profiler.
@@ -44,7 +45,8 @@ TOLERANCE = 1e-4
 # ----------------------------------------------------------------------------- one model (subprocess)
 
 
-def run_one(name: str, quick: bool, rounds: int, profile: int = 0, frontend: str = "torch") -> dict:
+def run_one(name: str, quick: bool, rounds: int, profile: int = 0, frontend: str = "torch", batch: int = 1,
+            size: int | None = None) -> dict:
     """Import, build, check and time one model; errors become the row's ``error`` with its stage.
     ``frontend="onnx"``: ext imports the ONNX file onnxruntime runs (``from_onnx``) instead of
     the PyTorch module (``from_torch``)."""
@@ -61,10 +63,11 @@ def run_one(name: str, quick: bool, rounds: int, profile: int = 0, frontend: str
     from ext.models.zoo import zoo_model
 
     threads = apply_threads(torch=True)  # TVM_NUM_THREADS, as the parent set it
-    row: dict = {"model": name, "quick": quick, "threads": threads, "frontend": frontend}
+    row: dict = {"model": name, "quick": quick, "threads": threads, "frontend": frontend, "batch": batch, "size": size}
     stage = "construct"
     try:
-        model, inputs = zoo_model(name, quick=quick)
+        model, inputs = zoo_model(name, quick=quick, batch=batch, size=size)
+        row["input"] = "x".join(str(d) for d in inputs[0].shape)
         row["params"] = sum(p.numel() for p in model.parameters())
         with torch.no_grad():
             ref = model(*inputs).numpy()
@@ -163,7 +166,8 @@ def run_isolated(name: str, args) -> dict:
     """``run_one`` in a subprocess in its own process group, killed after ``args.timeout`` seconds."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--worker-out", out.name,
-               "--rounds", str(args.rounds), "--profile", str(args.profile), "--frontend", args.frontend] + \
+               "--rounds", str(args.rounds), "--profile", str(args.profile), "--frontend", args.frontend,
+               "--batch", str(args.batch)] + (["--size", str(args.size)] if args.size else []) + \
             (["--quick"] if args.quick else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -194,7 +198,8 @@ def print_table(rows: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         err = _fmt(r, "max_rel", ".1e") + ("" if r.get("ok", True) else " (> tol)")
-        print(f"| {r['model']} | {_params(r.get('params'))} | {_fmt(r, 'build_s', '.1f')} | {_fmt(r, 'ext_ms', '.2f')} "
+        name = r["model"] + (f" {r['input']}" if "input" in r and (r.get("size") or r.get("batch", 1) != 1) else "")
+        print(f"| {name} | {_params(r.get('params'))} | {_fmt(r, 'build_s', '.1f')} | {_fmt(r, 'ext_ms', '.2f')} "
               f"| {_fmt(r, 'PyTorch_ms', '.2f')} | {_fmt(r, 'onnxruntime_ms', '.2f')} | {_fmt(r, 'ext_vs_ort', '.2f')} "
               f"| {err} |")
     problems = [r for r in rows if "error" in r or "ort_error" in r or not r.get("ok", True)]
@@ -253,6 +258,9 @@ def main(argv=None) -> int:
                     help="print each model's N slowest ext kernels and onnxruntime's per-op times (0: off)")
     ap.add_argument("--frontend", choices=("torch", "onnx"), default="torch",
                     help="ext imports the PyTorch module (from_torch) or the ONNX file onnxruntime runs (from_onnx)")
+    ap.add_argument("--batch", type=cli.count(1), default=1, help="images / sequences per call (default 1)")
+    ap.add_argument("--size", type=cli.count(1), default=None, metavar="N",
+                    help="another input size than each model's own: image side, sequence length or audio length")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -263,7 +271,7 @@ def main(argv=None) -> int:
         ap.error(f"--timeout must be > 0 seconds, got {args.timeout}")
 
     if args.worker:
-        row = run_one(args.worker, args.quick, args.rounds, args.profile, args.frontend)
+        row = run_one(args.worker, args.quick, args.rounds, args.profile, args.frontend, args.batch, args.size)
         with open(args.worker_out, "w") as f:
             json.dump(row, f)
         return 0
@@ -271,7 +279,8 @@ def main(argv=None) -> int:
     cli.apply_threads(args)
 
     log(f"target: {ext.target.describe(ext.target.cpu())}; ext (from {args.frontend}), PyTorch and onnxruntime on "
-        f"{os.environ['TVM_NUM_THREADS']} threads; {'quick' if args.quick else 'full-size'} configs")
+        f"{os.environ['TVM_NUM_THREADS']} threads; {'quick' if args.quick else 'full-size'} configs"
+        + (f", batch {args.batch}" if args.batch != 1 else "") + (f", input size {args.size}" if args.size else ""))
     rows = []
     for name in args.models:
         log(f"{name}: running (limit {args.timeout:.0f} s)")

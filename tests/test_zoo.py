@@ -107,3 +107,26 @@ def test_zoo_script_profiles_ext_and_onnxruntime():
     assert "### squeezenet1_1: ext" in text and "| kernel | candidate | calls | ms | share |" in text
     assert "conv2d." in text  # the conv kernels are attributed to their candidates
     assert "onnxruntime" in text and "Conv x" in text
+
+
+@pytest.mark.parametrize("name,batch,size,shape", [
+    ("efficientnet_b0", 2, 45, (2, 3, 45, 45)),   # another image side (odd) and batch
+    ("gpt2", 3, 9, (3, 9)),                        # another sequence length (decoder, ones mask)
+    ("wav2vec2_base", 1, 1500, (1, 1500)),        # another audio length
+])
+def test_other_input_sizes_match_pytorch(cpu_target, name, batch, size, shape):
+    """``zoo_model(batch=, size=)`` (``scripts/zoo.py --batch/--size``): the model at inputs it was not
+    written for builds and matches PyTorch; token ids stay inside the vocabulary."""
+    model, inputs = zoo_model(name, quick=True, batch=batch, size=size)
+    assert tuple(inputs[0].shape) == shape
+    if not inputs[0].dtype.is_floating_point:
+        assert 0 <= int(inputs[0].min()) and int(inputs[0].max()) < model.model.config.vocab_size
+    with torch.no_grad():
+        ref = model(*inputs).numpy().astype("float64")
+    got = run_relax(ext.build(from_torch(model, inputs), cpu_target), *[t.numpy() for t in inputs])
+    assert relative_error(got, ref) <= REL_TOL
+
+
+def test_other_input_sizes_are_checked():
+    with pytest.raises(ValueError, match="batch and size must be >= 1"):
+        zoo_model("resnet18", quick=True, batch=0)

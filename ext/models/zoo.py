@@ -113,10 +113,12 @@ def randomize_batchnorm(module, gen) -> int:
     return count
 
 
-def zoo_model(name: str, *, quick: bool = False, seed: int = 0):
+def zoo_model(name: str, *, quick: bool = False, seed: int = 0, batch: int = 1, size: int | None = None):
     """``(torch module in eval mode, example inputs tuple)`` for zoo model ``name``.
 
-    The module returns a single tensor. ``quick`` selects the small configuration.
+    The module returns a single tensor. ``quick`` selects the small configuration. ``batch``
+    and ``size`` give other inputs than the entry's own (``other_inputs``): ``size`` is the image
+    side (vision), the sequence length (text) or the samples / frames (audio).
     Raises ``ValueError`` naming the known models for an unknown name, and ``ImportError``
     with the install hint when ``transformers`` is missing.
     """
@@ -133,8 +135,35 @@ def zoo_model(name: str, *, quick: bool = False, seed: int = 0):
     entry = ZOO[name]
     model, inputs, field = entry.factory(quick, gen)
     randomize_batchnorm(model, gen)
+    if batch != 1 or size is not None:
+        inputs = other_inputs(entry, model, inputs, batch, size, gen)
     wrapped = _wrapper_class()(model.eval(), field, entry.ones_mask).eval()
     return wrapped, tuple(inputs)
+
+
+def other_inputs(entry: ZooEntry, model, inputs, batch: int, size: int | None, gen) -> tuple:
+    """The entry's one input drawn again at ``batch`` and ``size`` (its own size where None):
+    images ``(batch, C, size, size)``, token ids ``(batch, size)`` below the vocabulary, audio
+    ``(batch, ..., size)``. Whether the model takes it (a ViT's fixed patch grid, Whisper's 3000
+    frames) is the model's to say, when it runs."""
+    import torch
+
+    if batch < 1 or (size is not None and size < 1):
+        raise ValueError(f"batch and size must be >= 1, got batch={batch}, size={size}")
+    if len(inputs) != 1:
+        raise ValueError(f"{entry.name} takes {len(inputs)} inputs; only one-input models can be resized")
+    x = inputs[0]
+    shape = list(x.shape)
+    shape[0] = batch
+    if size is not None:
+        if entry.kind == "vision":
+            shape[-2:] = [size, size]
+        else:
+            shape[-1] = size
+    if x.dtype.is_floating_point:
+        return (torch.randn(*shape, generator=gen, dtype=x.dtype),)
+    vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or int(x.max()) + 1)
+    return (torch.randint(min(3, vocab - 1), vocab, shape, generator=gen, dtype=x.dtype),)
 
 
 # ----------------------------------------------------------------------------- inputs
