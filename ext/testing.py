@@ -38,6 +38,19 @@ def assert_close(actual, expected, *, rtol: float = 0.0, atol: float = 0.0, what
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=what)
 
 
+def one_op_module(op, shape, dtype: str = "float32", **attrs):
+    """A Relax module ``main(x: shape) -> op(x, **attrs)`` (one operator under test)."""
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType(tuple(shape), dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(op(x, **attrs))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def run_relax(ex, *inputs, target_kind: str = "llvm"):
     import tvm
     from tvm import relax

@@ -8,17 +8,7 @@ import tvm
 from tvm import relax
 
 import ext
-from ext.testing import assert_close, run_relax
-
-
-def _module(op, shape, **kw):
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(op(x, **kw))
-        bb.emit_func_output(out)
-    return bb.get()
+from ext.testing import assert_close, one_op_module, run_relax
 
 
 CASES = [  # (kind, shape, pool, stride, pad, ceil_mode, count_include_pad)
@@ -37,7 +27,7 @@ def test_pool_matches_torch_and_stock(cpu_target, kind, shape, k, s, p, ceil, in
     kw = dict(pool_size=k, strides=s, padding=p, ceil_mode=ceil)
     if kind == "avg":
         kw["count_include_pad"] = inc
-    mod = _module(op, shape, **kw)
+    mod = one_op_module(op, shape, **kw)
     x = np.random.default_rng(sum(shape)).uniform(-1, 1, shape).astype("float32")
     got = run_relax(ext.build(mod, cpu_target), x)
     dec = ext.last_report().find("pool2d")
@@ -53,7 +43,7 @@ def test_pool_matches_torch_and_stock(cpu_target, kind, shape, k, s, p, ceil, in
 
 
 def test_unsupported_layout_falls_back(cpu_target):
-    mod = _module(relax.op.nn.max_pool2d, (1, 8, 8, 4), pool_size=2, strides=2, layout="NHWC")
+    mod = one_op_module(relax.op.nn.max_pool2d, (1, 8, 8, 4), pool_size=2, strides=2, layout="NHWC")
     x = np.random.default_rng(0).uniform(-1, 1, (1, 8, 8, 4)).astype("float32")
     got = run_relax(ext.build(mod, cpu_target), x)
     dec = ext.last_report().find("pool2d")

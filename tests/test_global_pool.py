@@ -9,17 +9,7 @@ from tvm import relax
 
 import ext
 from ext.relax_passes.global_pool import GlobalPoolToReduce
-from ext.testing import assert_close, run_relax
-
-
-def _module(op, shape, **kw):
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(op(x, **kw))
-        bb.emit_func_output(out)
-    return bb.get()
+from ext.testing import assert_close, one_op_module, run_relax
 
 
 def _ops(mod) -> set[str]:
@@ -51,7 +41,7 @@ def test_global_window_is_a_reduction(cpu_target, kind, shape, k, ceil, inc):
     kw = dict(pool_size=k, strides=k, ceil_mode=ceil)
     if kind == "avg":
         kw["count_include_pad"] = inc
-    mod = _module(op, shape, **kw)
+    mod = one_op_module(op, shape, **kw)
     after = GlobalPoolToReduce()(mod)
     assert _ops(after) == {"relax.mean" if kind == "avg" else "relax.max"}, _ops(after)
     x = np.random.default_rng(sum(shape)).uniform(-1, 1, shape).astype("float32")
@@ -65,7 +55,7 @@ def test_global_window_is_a_reduction(cpu_target, kind, shape, k, ceil, inc):
 
 
 def test_nhwc_global_pool(cpu_target):
-    mod = _module(relax.op.nn.avg_pool2d, (1, 6, 7, 20), pool_size=(6, 7), strides=(6, 7), layout="NHWC")
+    mod = one_op_module(relax.op.nn.avg_pool2d, (1, 6, 7, 20), pool_size=(6, 7), strides=(6, 7), layout="NHWC")
     after = GlobalPoolToReduce()(mod)
     assert _ops(after) == {"relax.mean"}
     x = np.random.default_rng(3).uniform(-1, 1, (1, 6, 7, 20)).astype("float32")
@@ -83,7 +73,7 @@ KEPT = [  # pools that are not one whole-image window: left as pools
 
 @pytest.mark.parametrize("kw", KEPT)
 def test_other_pools_are_kept(cpu_target, kw):
-    mod = _module(relax.op.nn.avg_pool2d, (1, 4, 7, 7), count_include_pad=True, **kw)
+    mod = one_op_module(relax.op.nn.avg_pool2d, (1, 4, 7, 7), count_include_pad=True, **kw)
     after = GlobalPoolToReduce()(mod)
     assert _ops(after) == {"relax.nn.avg_pool2d"}
     x = np.random.default_rng(5).uniform(-1, 1, (1, 4, 7, 7)).astype("float32")
