@@ -46,10 +46,11 @@ def global_window_axes(call: relax.Call):
     return [h_ax, w_ax] if covers else None
 
 
-def _rewrite(call: relax.Call, _matches) -> relax.Expr:
+def _rewrite(orig: relax.Expr, call: relax.Call) -> relax.Expr:
+    """``orig`` (what the matcher hands back: the call, or a variable bound to it) as a reduction."""
     axes = global_window_axes(call)
     if axes is None:
-        return call
+        return orig
     return _REDUCE[call.op.name](call.args[0], axis=axes, keepdims=True)
 
 
@@ -59,7 +60,8 @@ class GlobalPoolToReduce:
         if not isinstance(func, relax.Function):
             return func
         for op in _REDUCE:
-            func = rewrite_call(is_op(op)(wildcard()), _rewrite, func)
+            pool = is_op(op)(wildcard())
+            func = rewrite_call(pool, lambda orig, m, pool=pool: _rewrite(orig, m[pool]), func)
         return func
 
 
