@@ -16,6 +16,11 @@ without the ranges, and two cases then break models with a symbolic sequence len
   ``tirx.min`` / ``max``; the stock table lacks them, and ``scalar_tensor`` of such a size is
   a 0-d tensor holding it (the stock one made only constants).
 
+One translation is wrong for static shapes too: ``F.interpolate(mode="nearest")`` became a
+``half_pixel`` resize rounded to the nearest pixel, where PyTorch takes ``floor(dst * in / out)``
+(``asymmetric``, ``floor``); the two agree on whole up-scales only (7x9 -> 10x13: half the
+pixels differed). It is translated as PyTorch computes it.
+
 ``Importer(ep).from_exported_program(ep, ...)`` is the stock entry's translation step; the
 decomposition ``from_torch`` runs itself first.
 """
@@ -61,6 +66,16 @@ class Importer(ExportedProgramImporter):
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
             table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
         return table
+
+    def _upsample_impl(self, x, size, scale_factor, method: str, align_corners: bool):
+        if method != "nearest_neighbor":
+            return super()._upsample_impl(x, size, scale_factor, method, align_corners)
+        # the stock call does the size arithmetic; its binding is dead code afterwards (DCE drops it)
+        out = super()._upsample_impl(x, size, scale_factor, method, align_corners)
+        call = self.block_builder.lookup_binding(out)
+        return self.block_builder.emit(relax.op.image.resize2d(
+            x, call.args[1], layout="NCHW", method="nearest_neighbor", coordinate_transformation_mode="asymmetric",
+            rounding_method="floor"))
 
     def _size_tensor(self, value, dtype: str):
         """A 0-d ``dtype`` tensor holding the symbolic size ``value``."""

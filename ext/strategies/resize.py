@@ -1,0 +1,58 @@
+"""Candidate table for 2-D resize on CPU: ``resize2d.rows`` (NCHW, linear and nearest).
+
+The stock lowering computes every output pixel from its four clamped taps and the fallback
+schedule vectorizes the pixel loop, whose gathered loads LLVM issues lane by lane. This kernel
+splits linear into a vertical blend of two whole input rows (contiguous vectors, once per
+output row) and a horizontal one read from that row in L1 (``topi_kernels/resize.py``).
+Cubic, ``tf_crop_and_resize`` and NHWC stay with the stock lowering.
+"""
+from __future__ import annotations
+
+from ..target import cpu_info
+from ..tir_schedules.common import create_schedule, finish
+from ..tir_schedules.cpu.resize import ResizeConfig, schedule_resize
+from ..topi_kernels import resize
+from .conv2d import placeholders
+from .registry import PLEVEL, Candidate, register
+
+
+def _check(wl, target):
+    if wl.dtypes[0] != "float32" or wl.out_dtype != "float32":
+        return f"float32 only, got {wl.dtypes[0]} -> {wl.out_dtype}"
+    if wl.attr("layout") != "NCHW":
+        return f"layout {wl.attr('layout')} not handled (needs NCHW)"
+    if wl.attr("method") not in ("linear", "nearest_neighbor"):
+        return f"method {wl.attr('method')} not handled (linear, nearest_neighbor)"
+    if wl.attr("coordinate_transformation_mode") not in resize.MODES:
+        return f"coordinate_transformation_mode {wl.attr('coordinate_transformation_mode')} not handled"
+    if wl.attr("method") == "nearest_neighbor" and wl.attr("rounding_method") not in resize.ROUNDING:
+        return f"rounding_method {wl.attr('rounding_method')} not handled"
+    if any(not isinstance(d, int) or d == 0 for d in (*wl.shapes[0], *wl.attr("out_shape"))):
+        return "symbolic or zero-size dimension"
+    return None
+
+
+def _space(wl, target):
+    oh = wl.attr("out_shape")[2]
+    return [ResizeConfig(rows=r) for r in (1, 2, 4, 8) if r <= oh]
+
+
+def _default(wl, target):
+    return ResizeConfig(rows=1)  # N * C * OH tasks: plenty on every shape measured
+
+
+def _build(wl, cfg: ResizeConfig, target):
+    (X,) = placeholders(wl)
+    out_hw = tuple(wl.attr("out_shape")[2:])
+    mode = wl.attr("coordinate_transformation_mode")
+    if wl.attr("method") == "linear":
+        _, D = resize.linear_nchw(X, out_hw, mode, wl.out_dtype)
+    else:
+        D = resize.nearest_nchw(X, out_hw, mode, wl.attr("rounding_method"), wl.out_dtype)
+    sch = create_schedule([X, D])
+    schedule_resize(sch, cfg, cpu_info(target).lanes_f32)
+    return finish(sch, "resize2d.rows")
+
+
+register(Candidate("resize2d.rows", ("llvm",), PLEVEL.BLOCKED, _check, ResizeConfig, space=_space, default=_default,
+                   build=_build))
