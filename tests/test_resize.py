@@ -102,3 +102,41 @@ def test_declined_cases_fall_back_with_reason(cpu_target, kw, why):
     dec = ext.last_report().find("resize2d")
     assert dec[0].candidate is None and why in dec[0].alternatives[0].reason
     assert_close(got, run_relax(tvm.compile(mod, tvm.target.Target("llvm")), x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("method,mode,kept", [
+    ("nearest_neighbor", "asymmetric", False), ("nearest_neighbor", "half_pixel", False),
+    ("nearest_neighbor", "align_corners", False), ("nearest_neighbor", "tf_half_pixel_for_nn", True),
+    ("linear", "half_pixel", True),  # reads its zero-weight neighbour: an inf there is NaN in PyTorch too
+])
+def test_nearest_resize_to_its_own_size_is_dropped(cpu_target, method, mode, kept):
+    """DropIdentityResize: a nearest resize to the size it has is its input; linear ones stay."""
+    from ext.relax_passes.identity_resize import DropIdentityResize
+
+    mod = _resize_module((1, 3, 6, 7), (6, 7), method, mode, "")
+    after = DropIdentityResize()(relax.transform.Normalize()(mod))
+    assert ("resize2d" in after["main"].script()) == kept
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 3, 6, 7)).astype("float32")
+    x[0, 1, 2, 3], x[0, 2, 1, 1] = np.inf, np.nan
+    got = run_relax(ext.build(mod, cpu_target), x)
+    stock = run_relax(tvm.compile(mod, tvm.target.Target("llvm")), x)
+    assert_close(got, stock, rtol=0, atol=0, what=f"{method}/{mode} vs stock")
+    if not kept:
+        assert_close(got, x, rtol=0, atol=0, what=f"{method}/{mode} is the input")
+
+
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("bilinear", False)])
+def test_interpolate_to_same_size_matches_pytorch(cpu_target, mode, align):
+    """Bit for bit; an inf pixel is left to nearest: PyTorch's bilinear at the same size turns the
+    pixel itself into NaN, a lerp form (a + 0 * (b - a)) neither the op's lowering nor ext computes."""
+    x = torch.from_numpy(np.random.default_rng(8).standard_normal((1, 4, 9, 11)).astype("float32"))
+    x[0, 1, 0, 0] = float("nan")
+    if mode == "nearest":
+        x[0, 2, 4, 5] = float("inf")
+
+    class Same(torch.nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, size=(9, 11), mode=mode, align_corners=align) * 2
+
+    got = run_relax(ext.build(from_torch(Same().eval(), (x,)), cpu_target), x.numpy())
+    assert_close(got, Same()(x).numpy(), rtol=0, atol=0)

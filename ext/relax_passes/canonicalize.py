@@ -1,7 +1,8 @@
 """Canonicalization before fusion: inference-mode batch norm, conv1d as a conv2d of
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), the two clips
 of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
-mean or max over H and W (``global_pool``), GELU's tanh form written out as one op
+mean or max over H and W (``global_pool``), a nearest resize to its own
+size dropped (``identity_resize``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), common-subexpression elimination, bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
@@ -14,6 +15,7 @@ from .conv1d import Conv1dToConv2d
 from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
 from .global_pool import GlobalPoolToReduce
+from .identity_resize import DropIdentityResize
 from .merge_clips import MergeClips
 from .slice_bounds import ProveSliceBounds
 from .unflatten_linear import UnflattenLinear
@@ -26,6 +28,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         MergeClips(),
         GlobalPoolToReduce(),  # EfficientNet's AvgPool2d(1280, ceil_mode=True) head: a mean
+        DropIdentityResize(),  # a nearest resize to its own size: the input
         RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
         FoldRemainingConstants(),
