@@ -56,6 +56,12 @@ def _pool(kind, C, H, W, k, s, p, *, count_include_pad=False, block=0):
     return Workload("pool2d", [x], ["float32"], "float32", attrs=attrs)
 
 
+def _resize(C, H, W, OH, OW, method, mode, rounding=""):
+    attrs = {"method": method, "coordinate_transformation_mode": mode, "rounding_method": rounding, "layout": "NCHW",
+             "out_shape": (1, C, OH, OW)}
+    return Workload("resize2d", [(1, C, H, W)], ["float32"], "float32", attrs=attrs)
+
+
 def _lt(B, R, S, E):
     return Workload("layout_transform", [(B, R, S, E)], ["float32"], "float32", attrs={"out_shape": (B, S, R, E)})
 
@@ -75,6 +81,9 @@ STANDARD = {
     "softmax": [_rows("softmax", 5, 37), _rows("softmax", 3, 1031)],
     "layer_norm": [_rows("layer_norm", 5, 37), _rows("layer_norm", 3, 67, dropout=0.1)],
     "reduce": [_red(5, 7, 3, "sum"), _red(5, 7, 1, "max"), _red(1, 4099, 1, "mean"), _red(3, 5, 37, "min")],
+    "resize2d": [_resize(3, 7, 9, 15, 20, "linear", "half_pixel"), _resize(2, 13, 11, 5, 6, "linear", "align_corners"),
+                 _resize(3, 5, 7, 17, 23, "nearest_neighbor", "asymmetric", "floor"),
+                 _resize(2, 8, 9, 13, 4, "nearest_neighbor", "half_pixel", "round_prefer_ceil")],
     "pool2d": [_pool("max", 7, 13, 11, 3, 2, 1), _pool("avg", 5, 9, 9, 3, 1, 1, count_include_pad=True),
                _pool("max", 2 * _LN, 13, 11, 3, 2, 1, block=_LN), _pool("avg", _LN, 9, 7, 2, 2, 0, block=_LN)],
     "layout_transform": [_lt(2, 7, 5, 3), _lt(1, 16, 9, 4)],

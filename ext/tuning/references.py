@@ -196,6 +196,53 @@ def pool2d_tol(wl: Workload):
     return (0.0, 0.0) if wl.attr("kind") == "max" else (1e-5, 1e-6 * max(kh * kw, 16))
 
 
+def _source(o, in_size: int, out_size: int, mode: str):
+    """Input coordinates of output indices ``o`` (float64) in a resize coordinate mode."""
+    scale = in_size / out_size
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        return np.zeros_like(o, "float64") if mode == "pytorch_half_pixel" and out_size == 1 else (o + 0.5) * scale - 0.5
+    if mode == "align_corners":
+        return o * ((in_size - 1) / (out_size - 1)) if out_size > 1 else np.zeros_like(o, "float64")
+    if mode == "asymmetric":
+        return o * scale
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) * scale
+    raise ValueError(f"resize2d reference: coordinate mode {mode!r} not handled ({', '.join(RESIZE_MODES)})")
+
+
+RESIZE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+
+
+def _nearest(x, mode: str, rounding: str):
+    rounding = rounding or ("round" if mode == "align_corners" else "floor")
+    pick = {"round": np.round, "round_prefer_floor": lambda v: np.ceil(v - 0.5),
+            "round_prefer_ceil": lambda v: np.floor(v + 0.5), "floor": lambda v: np.floor(v + 1e-5),
+            "ceil": lambda v: np.ceil(v - 1e-5)}[rounding]
+    return pick(x)
+
+
+def resize2d(wl: Workload, xs):
+    """Linear (the 2x2 neighbours of the floor, clamped, blended by the fractions) or nearest
+    (the rounded coordinate, clamped) resize of NCHW ``x`` to ``out_shape``."""
+    x = xs[0].astype("float64")
+    H, W = x.shape[2:]
+    OH, OW = wl.attr("out_shape")[2:]
+    mode = wl.attr("coordinate_transformation_mode")
+    ys, xs_ = _source(np.arange(OH, dtype="float64"), H, OH, mode), _source(np.arange(OW, dtype="float64"), W, OW, mode)
+    if wl.attr("method") == "nearest_neighbor":
+        rounding = wl.attr("rounding_method")
+        iy = np.clip(_nearest(ys, mode, rounding), 0, H - 1).astype(int)
+        ix = np.clip(_nearest(xs_, mode, rounding), 0, W - 1).astype(int)
+        return x[:, :, iy][:, :, :, ix]
+    y0, x0 = np.floor(ys), np.floor(xs_)
+    fy, fx = (ys - y0)[:, None], (xs_ - x0)[None, :]
+    r0, r1 = np.clip(y0, 0, H - 1).astype(int), np.clip(y0 + 1, 0, H - 1).astype(int)
+    c0, c1 = np.clip(x0, 0, W - 1).astype(int), np.clip(x0 + 1, 0, W - 1).astype(int)
+    top = x[:, :, r0][:, :, :, c0] * (1 - fx) + x[:, :, r0][:, :, :, c1] * fx
+    bottom = x[:, :, r1][:, :, :, c0] * (1 - fx) + x[:, :, r1][:, :, :, c1] * fx
+    return top * (1 - fy) + bottom * fy
+
+
 def layout_transform(wl: Workload, xs):
     """The batched transpose ``(B, R, S, E) -> (B, S, R, E)`` (``topi_kernels/layout.py``)."""
     return xs[0].astype("float64").transpose(0, 2, 1, 3).reshape(wl.attr("out_shape"))
@@ -209,4 +256,6 @@ REFERENCES = {
     "reduce": (reduce, reduce_tol),
     "pool2d": (pool2d, pool2d_tol),
     "layout_transform": (layout_transform, lambda wl: (0.0, 0.0)),
+    # float32 coordinates against float64 ones: a fraction off by ~1e-7 of the input's range
+    "resize2d": (resize2d, lambda wl: (1e-5, 1e-5)),
 }
