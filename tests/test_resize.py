@@ -18,6 +18,9 @@ CASES = [  # (input shape, output (h, w), method, coordinate mode, rounding)
     ((1, 2, 6, 7), (11, 13), "linear", "align_corners", ""),
     ((1, 3, 9, 5), (17, 33), "linear", "asymmetric", ""),
     ((1, 3, 9, 5), (1, 10), "linear", "pytorch_half_pixel", ""),
+    ((1, 3, 5, 7), (20, 28), "linear", "half_pixel", ""),           # x4: phases, odd width
+    ((1, 3, 6, 9), (12, 18), "linear", "pytorch_half_pixel", ""),   # x2
+    ((1, 2, 4, 1), (8, 4), "linear", "asymmetric", ""),             # x4 of one column: no interior
     ((1, 6, 10, 10), (20, 20), "nearest_neighbor", "asymmetric", "floor"),  # whole up-scale: integer division
     ((1, 6, 10, 7), (23, 17), "nearest_neighbor", "asymmetric", "floor"),
     ((1, 3, 8, 9), (13, 4), "nearest_neighbor", "half_pixel", "round_prefer_ceil"),
@@ -80,14 +83,18 @@ def test_space_points_are_correct(cpu_target):
     from ext.runner import CompiledCandidate
     from ext.strategies import REGISTRY
 
-    mod = _resize_module((1, 3, 11, 9), (23, 19), "linear", "half_pixel", "")
-    x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 11, 9)).astype("float32")
-    ext.build(mod, cpu_target)
-    wl = ext.last_report().find("resize2d")[0].workload
-    stock = run_relax(tvm.compile(mod, tvm.target.Target("llvm")), x)
-    cand = REGISTRY.get("resize2d.rows")
-    for cfg in cand.space(wl, cpu_target):
-        assert_close(CompiledCandidate(cand, wl, cfg, cpu_target).run([x]), stock, rtol=1e-5, atol=1e-5, what=str(cfg))
+    for size, phased in (((23, 19), False), ((22, 36), True)):  # (22, 36): a whole x2 / x4 up-scale
+        mod = _resize_module((1, 3, 11, 9), size, "linear", "half_pixel", "")
+        x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 11, 9)).astype("float32")
+        ext.build(mod, cpu_target)
+        wl = ext.last_report().find("resize2d")[0].workload
+        stock = run_relax(tvm.compile(mod, tvm.target.Target("llvm")), x)
+        cand = REGISTRY.get("resize2d.rows")
+        space = cand.space(wl, cpu_target)
+        assert any(c.phases for c in space) == phased and cand.default_config(wl, cpu_target).phases == phased
+        for cfg in space:
+            got = CompiledCandidate(cand, wl, cfg, cpu_target).run([x])
+            assert_close(got, stock, rtol=1e-5, atol=1e-5, what=str(cfg))
 
 
 @pytest.mark.parametrize("kw,why", [

@@ -3,7 +3,12 @@
 The stock lowering computes every output pixel from its four clamped taps and the fallback
 schedule vectorizes the pixel loop, whose gathered loads LLVM issues lane by lane. This kernel
 splits linear into a vertical blend of two whole input rows (contiguous vectors, once per
-output row) and a horizontal one read from that row in L1 (``topi_kernels/resize.py``).
+output row) and a horizontal one read from that row in L1 (``topi_kernels/resize.py``). A whole
+power-of-two up-scale (x2, x4, x8: the decoders' and segmentation heads' case) in a half-pixel or asymmetric
+mode runs that row phase by phase (``tir_schedules/cpu/resize.phase_row``): each phase's taps are
+contiguous, the clamps leave the interior, and LLVM vectorizes the loads and the interleaved
+stores (alone: 21x28x28 -> 224x224 0.372 -> 0.059 ms, 256x32x32 -> 64x64 0.376 -> 0.128 ms,
+64x56x56 -> 112x112 asymmetric 0.280 -> 0.059 ms; knob ``phases``).
 Cubic, ``tf_crop_and_resize`` and NHWC stay with the stock lowering.
 """
 from __future__ import annotations
@@ -33,12 +38,15 @@ def _check(wl, target):
 
 
 def _space(wl, target):
-    oh = wl.attr("out_shape")[2]
-    return [ResizeConfig(rows=r) for r in (1, 2, 4, 8) if r <= oh]
+    oh, ow = wl.attr("out_shape")[2:]
+    phased = wl.attr("method") == "linear" and resize.whole_upscale(wl.shapes[0][3], ow,
+                                                                     wl.attr("coordinate_transformation_mode"))
+    return [ResizeConfig(rows=r, phases=p) for r in (1, 2, 4, 8) if r <= oh for p in ((True, False) if phased else (False,))]
 
 
 def _default(wl, target):
-    return ResizeConfig(rows=1)  # N * C * OH tasks: plenty on every shape measured
+    # N * C * OH tasks: plenty on every shape measured; a whole up-scale's rows by phases
+    return ResizeConfig(rows=1, phases=_space(wl, target)[0].phases)
 
 
 def _build(wl, cfg: ResizeConfig, target):
@@ -50,7 +58,9 @@ def _build(wl, cfg: ResizeConfig, target):
     else:
         D = resize.nearest_nchw(X, out_hw, mode, wl.attr("rounding_method"), wl.out_dtype)
     sch = create_schedule([X, D])
-    schedule_resize(sch, cfg, cpu_info(target).lanes_f32)
+    W, OW = wl.shapes[0][3], out_hw[1]
+    k = resize.whole_upscale(W, OW, mode) if wl.attr("method") == "linear" and cfg.phases else 0
+    schedule_resize(sch, cfg, cpu_info(target).lanes_f32, k, (1, W - 1))
     return finish(sch, "resize2d.rows")
 
 

@@ -15,7 +15,10 @@ Linear is separable, so it runs as two passes (``T``, then ``D``)::
     D[n, c, oh, ow] = T[n, c, oh, x0] * (1 - fx) + T[n, c, oh, x1] * fx      # columns: reads of one row
 
 with ``y0 = clamp(floor(y))``, ``y1 = clamp(floor(y) + 1)``, ``fy = y - floor(y)`` (the same along
-x), the index clamps of the op's own lowering. Nearest reads ``X[n, c, ry, rx]`` with ``r`` the
+x), the index clamps of the op's own lowering. A whole up-scale ``out = k * in`` (``k`` a power
+of two) in the half-pixel and asymmetric modes takes the same taps in integers (``floor((2o + 1 - k) / 2k)``, the
+remainder over ``2k`` as the weight; ``o / k`` for asymmetric), so each output phase ``o % k`` has
+a fixed offset and weight for the schedule to use (``whole_upscale``). Nearest reads ``X[n, c, ry, rx]`` with ``r`` the
 op's rounding of the coordinate (``round``, ``round_prefer_floor`` / ``round_prefer_ceil``,
 ``floor``, ``ceil``; an empty one: ``round`` for ``align_corners``, else ``floor``), clamped. NaN and +-inf pass through the products
 like the stock lowering's (a tap with weight 0 still multiplies: ``0 * inf`` is NaN there too).
@@ -76,12 +79,30 @@ def nearest_index(o, in_size: int, out_size: int, mode: str, rounding: str):
     return _clamp(_round(coordinate(o, in_size, out_size, mode), rounding), in_size)
 
 
+def whole_upscale(in_size: int, out_size: int, mode: str) -> int:
+    """``k`` when ``out = k * in`` with ``k`` a power of two >= 2, in a mode whose coordinates are then
+    ``(o + 0.5) / k - 0.5`` or ``o / k``: each output phase ``o % k`` has a fixed tap offset and
+    weight, and the float coordinates of the op's lowering are exact, so the integer form gives
+    the same weights bit for bit (x3 would not: ``1.5 * (1/3) - 0.5`` is 1.5e-8 in float32, not 0,
+    and an infinite tap times that weight is inf, times 0 NaN). 0 otherwise."""
+    k = out_size // in_size if out_size % in_size == 0 else 0
+    if k < 2 or k & (k - 1):
+        return 0
+    return k if mode in ("half_pixel", "pytorch_half_pixel", "asymmetric") else 0
+
+
 def linear_nchw(X: te.Tensor, out_hw: tuple, mode: str, out_dtype: str = "float32"):
     """Bilinear resize of ``X`` (N, C, H, W) to ``out_hw``: returns ``(T, D)`` (see module doc)."""
     N, C, H, W = (int(d) for d in X.shape)
     OH, OW = out_hw
 
     def taps(o, in_size, out_size):
+        k = whole_upscale(in_size, out_size, mode)
+        if k:  # exact integer form: x = (2o + 1 - k) / 2k (half-pixel) or o / k (asymmetric)
+            num, den = (2 * o + _i64(1 - k), 2 * k) if mode != "asymmetric" else (o, k)
+            i = te.floordiv(num, _i64(den))
+            frac = te.floormod(num, _i64(den)).astype("float32") * tirx.const(1.0 / den, "float32")
+            return _clamp(i, in_size), _clamp(i + _i64(1), in_size), frac
         x = coordinate(o, in_size, out_size, mode)
         lo = te.floor(x)
         i = lo.astype("int64")

@@ -17,9 +17,11 @@ from ..common import extent, has_block
 
 @dataclasses.dataclass(frozen=True)
 class ResizeConfig:
-    """``rows``: output rows per parallel task (1: every row its own task)."""
+    """``rows``: output rows per parallel task (1: every row its own task); ``phases``: a whole
+    up-scale's row runs phase by phase (``phase_row``) instead of as gathered vectors."""
 
     rows: int = 1
+    phases: bool = True
 
 
 def vector_row(sch: s_tir.Schedule, loop, lanes: int) -> None:
@@ -37,7 +39,10 @@ def vector_row(sch: s_tir.Schedule, loop, lanes: int) -> None:
     sch.vectorize(vec)
 
 
-def schedule_resize(sch: s_tir.Schedule, cfg: ResizeConfig, lanes: int) -> None:
+def schedule_resize(sch: s_tir.Schedule, cfg: ResizeConfig, lanes: int, phases: int = 0,
+                    interior: tuple = (1, 1)) -> None:
+    """``phases``: the whole up-scale factor of the columns of a linear resize (0: none);
+    ``interior``: the input columns whose taps need no clamp."""
     d = sch.get_sblock("D")
     n, c, oh, ow = sch.get_loops(d)
     oho, ohi = sch.split(oh, [None, cfg.rows])
@@ -47,4 +52,23 @@ def schedule_resize(sch: s_tir.Schedule, cfg: ResizeConfig, lanes: int) -> None:
         t = sch.get_sblock("T")
         sch.compute_at(t, ohi)
         vector_row(sch, sch.get_loops(t)[-1], lanes)
-    vector_row(sch, ow, lanes)
+    if phases:  # whole up-scale: phases innermost, border-free interior (see phase_row)
+        phase_row(sch, ow, phases, interior)
+    else:
+        vector_row(sch, ow, lanes)
+
+
+def phase_row(sch: s_tir.Schedule, ow, k: int, interior: tuple) -> None:
+    """A row of a whole ``k``-times up-scale as ``i`` (input column) x ``j`` (phase, innermost):
+    each phase's taps are input columns ``i + const``, so in the interior ``[lo, hi)``
+    of ``i`` the clamps simplify away and LLVM's loop vectorizer turns the taps into contiguous
+    loads and the ``k`` phases' stores into one interleaved store."""
+    # j stays a loop: unrolled, a phase's weight 0 became a constant and TVM's simplifier folded
+    # ``T * 0`` to 0, where IEEE (and the op's lowering) make ``inf * 0`` NaN; LLVM unrolls it
+    # without that fold
+    i, j = sch.split(ow, [None, k])
+    lo, hi = interior
+    n = extent(sch, i)
+    cuts = [c for c in (lo, hi) if 0 < c < n]
+    if cuts and hi > lo:
+        sch.loop_partition(i, [cuts[0]] + [b - a for a, b in zip(cuts, cuts[1:])] + [None])
