@@ -18,14 +18,13 @@ from .mutate import static_dims
 
 #: the modes whose coordinate map is the identity when the input and output sizes are equal
 IDENTITY_MODES = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"}
-_SPATIAL = {"NCHW": (2, 3), "NHWC": (1, 2)}
 
 
 def is_identity(call: relax.Call) -> bool:
     a = call.attrs
     x, out = static_dims(call.args[0]), static_dims(call)
     return (str(a.method) == "nearest_neighbor" and str(a.coordinate_transformation_mode) in IDENTITY_MODES
-            and str(a.layout) in _SPATIAL and x is not None and x == out
+            and str(a.layout) in ("NCHW", "NHWC") and x is not None and x == out
             and (a.out_dtype is None or str(a.out_dtype) in ("", str(call.args[0].ty.dtype))))
 
 

@@ -37,16 +37,19 @@ def _check(wl, target):
     return None
 
 
+def _phased(wl) -> bool:
+    """Whether the rows may run phase by phase: a linear whole power-of-two up-scale of the width."""
+    return wl.attr("method") == "linear" and bool(resize.whole_upscale(
+        wl.shapes[0][3], wl.attr("out_shape")[3], wl.attr("coordinate_transformation_mode")))
+
+
 def _space(wl, target):
-    oh, ow = wl.attr("out_shape")[2:]
-    phased = wl.attr("method") == "linear" and resize.whole_upscale(wl.shapes[0][3], ow,
-                                                                     wl.attr("coordinate_transformation_mode"))
-    return [ResizeConfig(rows=r, phases=p) for r in (1, 2, 4, 8) if r <= oh for p in ((True, False) if phased else (False,))]
+    phases = (True, False) if _phased(wl) else (False,)
+    return [ResizeConfig(rows=r, phases=p) for r in (1, 2, 4, 8) if r <= wl.attr("out_shape")[2] for p in phases]
 
 
 def _default(wl, target):
-    # N * C * OH tasks: plenty on every shape measured; a whole up-scale's rows by phases
-    return ResizeConfig(rows=1, phases=_space(wl, target)[0].phases)
+    return ResizeConfig(rows=1, phases=_phased(wl))  # N * C * OH tasks: plenty on every shape measured
 
 
 def _build(wl, cfg: ResizeConfig, target):
@@ -58,8 +61,8 @@ def _build(wl, cfg: ResizeConfig, target):
     else:
         D = resize.nearest_nchw(X, out_hw, mode, wl.attr("rounding_method"), wl.out_dtype)
     sch = create_schedule([X, D])
-    W, OW = wl.shapes[0][3], out_hw[1]
-    k = resize.whole_upscale(W, OW, mode) if wl.attr("method") == "linear" and cfg.phases else 0
+    W = wl.shapes[0][3]
+    k = resize.whole_upscale(W, out_hw[1], mode) if cfg.phases and _phased(wl) else 0
     schedule_resize(sch, cfg, cpu_info(target).lanes_f32, k, (1, W - 1))
     return finish(sch, "resize2d.rows")
 

@@ -236,10 +236,17 @@ def schedule_phase_pack(sch: s_tir.Schedule, p, interior: tuple) -> None:
     if sw > 1:
         sch.reorder(q, ph)
         sch.unroll(ph)
-    n = extent(sch, q)
+    partition_interior(sch, q, lo, hi)
+
+
+def partition_interior(sch: s_tir.Schedule, loop, lo: int, hi: int) -> None:
+    """Cut ``loop`` into ``[0, lo)``, ``[lo, hi)`` and the rest, so that the simplifier sees the
+    interior's bounds (clamps and bounds tests inside it fold away); a loop too short for an
+    interior stays one loop."""
+    n = extent(sch, loop)
     cuts = [c for c in (lo, min(hi, n)) if 0 < c < n]
-    if cuts and min(hi, n) > lo:  # a row too narrow for an interior stays one loop
-        sch.loop_partition(q, [cuts[0]] + [b - a for a, b in zip(cuts, cuts[1:])] + [None])
+    if cuts and min(hi, n) > lo:
+        sch.loop_partition(loop, [cuts[0]] + [b - a for a, b in zip(cuts, cuts[1:])] + [None])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ import dataclasses
 from tvm import s_tir
 
 from ..common import extent, has_block
+from .conv2d import partition_interior
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +67,5 @@ def phase_row(sch: s_tir.Schedule, ow, k: int, interior: tuple) -> None:
     # j stays a loop: unrolled, a phase's weight 0 became a constant and TVM's simplifier folded
     # ``T * 0`` to 0, where IEEE (and the op's lowering) make ``inf * 0`` NaN; LLVM unrolls it
     # without that fold
-    i, j = sch.split(ow, [None, k])
-    lo, hi = interior
-    n = extent(sch, i)
-    cuts = [c for c in (lo, hi) if 0 < c < n]
-    if cuts and hi > lo:
-        sch.loop_partition(i, [cuts[0]] + [b - a for a, b in zip(cuts, cuts[1:])] + [None])
+    i, _ = sch.split(ow, [None, k])
+    partition_interior(sch, i, *interior)
