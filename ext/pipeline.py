@@ -94,7 +94,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
                       + ([FuseCacheAppend(tgt), CheckTakeIndices()] if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
-                      + [rp.FuseEpilogues()]),
+                      + [rp.FuseEpilogues(cpu=cpu_target)]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

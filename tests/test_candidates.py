@@ -62,6 +62,13 @@ def _resize(C, H, W, OH, OW, method, mode, rounding=""):
     return Workload("resize2d", [(1, C, H, W)], ["float32"], "float32", attrs=attrs)
 
 
+def _att(B, M, N, d, dv, *, layout="nk", scale=0.125, scale_op="multiply", mask=None):
+    """``mask``: ``(G, Mm, Nn)``, or None."""
+    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + ([mask] if mask else [])
+    attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
+    return Workload("attention", shapes, ["float32"] * len(shapes), "float32", attrs=attrs)
+
+
 def _lt(B, R, S, E):
     return Workload("layout_transform", [(B, R, S, E)], ["float32"], "float32", attrs={"out_shape": (B, S, R, E)})
 
@@ -87,6 +94,9 @@ STANDARD = {
     "pool2d": [_pool("max", 7, 13, 11, 3, 2, 1), _pool("avg", 5, 9, 9, 3, 1, 1, count_include_pad=True),
                _pool("max", 2 * _LN, 13, 11, 3, 2, 1, block=_LN), _pool("avg", _LN, 9, 7, 2, 2, 0, block=_LN)],
     "layout_transform": [_lt(2, 7, 5, 3), _lt(1, 16, 9, 4)],
+    "attention": [_att(2, 13, 37, 16, 8, mask=(1, 1, 37)), _att(3, 5, 7, 9, 11, layout="kn", scale=None),
+                  _att(4, 17, 53, 33, 24, scale=8.0, scale_op="divide", mask=(2, 17, 53)),
+                  _att(1, 1, 67, 64, 64, mask=(1, 1, 1))],
 }
 
 

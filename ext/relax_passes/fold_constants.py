@@ -85,6 +85,16 @@ def _strided_slice(call, x):
     return _contiguous(x[tuple(index)])
 
 
+def _full(call, fill):
+    """``full(shape, fill)`` of a one-element fill of the output's dtype. Also a workaround: the
+    stock legalization of ``full`` raises TypeError on an infinite or NaN fill (TOPI tests
+    ``"float" in dtype`` on a DataType), the causal mask ``torch.full((M, N), -inf)``."""
+    out = str(call.ty.dtype)
+    if fill.size != 1 or fill.dtype.name != out:
+        return None
+    return np.full(_out_shape(call), fill.reshape(()), dtype=out)
+
+
 #: ops whose tuple arguments are static parameters (the tensor is their first argument)
 _TUPLE_PARAMS = ("relax.strided_slice",)
 
@@ -96,8 +106,29 @@ _NUMPY = {
     "relax.reshape": _reshape, "relax.expand_dims": _reshape, "relax.squeeze": _reshape,
     "relax.flatten": _reshape, "relax.permute_dims": _permute, "relax.astype": _astype,
     "relax.broadcast_to": lambda call, x: _contiguous(np.broadcast_to(x, _out_shape(call))),
-    "relax.strided_slice": _strided_slice,
+    "relax.strided_slice": _strided_slice, "relax.full": _full,
 }
+
+
+_CREATION_LIMIT = 1 << 16  # elements of an input-free op's output the folder evaluates
+
+
+def _concat(call, fields):
+    return np.concatenate(fields, axis=int(call.attrs.axis)) if len({f.dtype for f in fields}) == 1 else None
+
+
+def _index_tensor(call, data, indices):
+    """``data[i0, i1, ...]`` with broadcast index tensors, as NumPy's advanced indexing; only
+    when every index is in range (what the op does outside it is not NumPy's wrap-around)."""
+    if not all(i.dtype.kind in "iu" for i in indices) or len(indices) > data.ndim:
+        return None
+    if any(i.size and (i.min() < 0 or i.max() >= data.shape[k]) for k, i in enumerate(indices)):
+        return None
+    return _contiguous(data[tuple(indices)])
+
+
+#: op taking a tuple of tensors -> f(call, *arguments: an array, or a list for the tuple)
+_NUMPY_TUPLE = {"relax.concat": _concat, "relax.index_tensor": _index_tensor}
 
 
 def _out_shape(call) -> tuple:
@@ -223,8 +254,12 @@ class _Folder:
         if static_tuples:
             tensors = tensors[:1]
         elif any(isinstance(a.ty, relax.TupleType) for a in value.args):
+            self._visit_tuple_call(var, value, pending)  # concat, index_tensor: a tuple of tensors
             return
-        inputs = self._inputs([value.args[i] for i in tensors]) if tensors else None
+        if not tensors:
+            self._visit_creation(var, value, pending)  # arange: static arguments only
+            return
+        inputs = self._inputs([value.args[i] for i in tensors])
         if inputs is None:
             return
         if name in _NUMPY:
@@ -237,9 +272,54 @@ class _Folder:
         args = list(value.args)
         for i, v in zip(tensors, inputs):
             args[i] = relax.const(v, str(v.dtype))
-        leg = _legalized(relax.Call(value.op, args, value.attrs, value.ty_args))
+        self._legalize(var, relax.Call(value.op, args, value.attrs, value.ty_args), value.ty, pending)
+
+    def _legalize(self, var, call, ty, pending: list) -> None:
+        leg = _legalized(call)
         if leg is not None:
-            pending.append((var, leg[0], [c.value.numpy() for c in leg[1]], value.ty))
+            pending.append((var, leg[0], [c.value.numpy() for c in leg[1]], ty))
+
+    def _visit_tuple_call(self, var, value, pending: list) -> None:
+        """An op taking a tuple of tensors (``concat``, ``index_tensor``): folded when every field
+        and every other tensor argument is constant."""
+        args, arrays = [], []
+        for a in value.args:
+            if isinstance(a.ty, relax.TupleType):
+                if not isinstance(a, relax.Tuple) or not all(isinstance(f.ty, relax.TensorType) for f in a.fields):
+                    return
+                vals = self._inputs(a.fields)
+                if vals is None:
+                    return
+                args.append(relax.Tuple([relax.const(v, str(v.dtype)) for v in vals]))
+                arrays.append(vals)
+            elif isinstance(a.ty, relax.TensorType):
+                vals = self._inputs([a])
+                if vals is None:
+                    return
+                args.append(relax.const(vals[0], str(vals[0].dtype)))
+                arrays.append(vals[0])
+            else:
+                args.append(a)
+        twin = _NUMPY_TUPLE.get(value.op.name)
+        out = twin(value, *arrays) if twin is not None else None
+        if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
+            self.consts[var] = out
+            return
+        self._legalize(var, relax.Call(value.op, args, value.attrs, value.ty_args), value.ty, pending)
+
+    def _visit_creation(self, var, value, pending: list) -> None:
+        """``arange`` of static integral bounds (the index grids of an export's decompositions,
+        e.g. a bicubic resize of a position embedding): exact in any dtype up to 2^24 elements.
+        Bigger grids stay run-time work rather than bytes in the binary (``_CREATION_LIMIT``)."""
+        if value.op.name != "relax.arange" or int(np.prod(_out_shape(value))) > _CREATION_LIMIT:
+            return
+        bounds = [getattr(a, "value", None) for a in value.args]
+        if len(bounds) != 3 or not all(isinstance(b, (int, float)) and float(b).is_integer() for b in bounds):
+            return
+        start, end, step = (int(b) for b in bounds)
+        out = np.arange(start, end, step).astype(str(value.ty.dtype))
+        if out.shape == _out_shape(value):
+            self.consts[var] = out
 
     def _run_batch(self, pending: list) -> None:
         keys = [structural_hash(f) for _, f, _, _ in pending]

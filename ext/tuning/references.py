@@ -248,6 +248,21 @@ def layout_transform(wl: Workload, xs):
     return xs[0].astype("float64").transpose(0, 2, 1, 3).reshape(wl.attr("out_shape"))
 
 
+def attention(wl: Workload, xs):
+    """``softmax(q k^T * scale + mask) v`` in float64 (``relax_passes.families.attention``)."""
+    q, k, v = (x.astype("float64") for x in xs[:3])
+    kt = k.transpose(0, 2, 1) if wl.attr("k_layout") == "nk" else k
+    s = q @ kt
+    scale = wl.attr("scale")
+    if scale is not None:
+        s = s / scale if wl.attr("scale_op") == "divide" else s * scale
+    if len(xs) > 3:
+        mask = xs[3].astype("float64")
+        s = s + np.repeat(mask, q.shape[0] // mask.shape[0], axis=0)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
+
+
 REFERENCES = {
     "matmul": (matmul, matmul_tol),
     "conv2d": (conv2d, conv2d_tol),
@@ -258,4 +273,5 @@ REFERENCES = {
     "layout_transform": (layout_transform, lambda wl: (0.0, 0.0)),
     # float32 coordinates against float64 ones: a fraction off by ~1e-7 of the input's range
     "resize2d": (resize2d, lambda wl: (1e-5, 1e-5)),
+    "attention": (attention, lambda wl: (1e-5, 2e-6 * max(wl.shapes[0][2], 16))),
 }

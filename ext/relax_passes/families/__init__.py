@@ -38,6 +38,8 @@ class Family:
     scale_axis: object = None
     #: what instances the family covers, for the report row of one it declined (e.g. split axes)
     covers: str = ""
+    #: only CPU targets have its kernels: elsewhere its ops are left to the other families
+    cpu_only: bool = False
 
 
 FAMILIES: dict[str, Family] = {}

@@ -1,0 +1,140 @@
+"""The attention anchor: ``matmul(softmax(matmul(q, k^T) [* scale] [+ mask]), v)`` (CPU).
+
+Matched as importers emit it after ``Canonicalize`` (3-D operands, heads folded into the
+batch): the key transpose may be a ``permute_dims`` inside the match (then the kernel reads
+the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be reshaped to
+4-D and back around the scale, mask and softmax; the scale is a one-element constant
+(multiply or divide); the mask an additive tensor whose leading axes are those of the scores
+up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
+sequence, ``(1, H, M, N)`` relative-position biases, ``(1, 1, M, N)`` causal masks).
+
+Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
+``mask (G, Mm, Nn)`` when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
+(None: no scale op), ``scale_op`` and ``out_shape``. The family only runs on CPU targets (see
+``FuseEpilogues``): elsewhere the matmuls and the softmax keep their own families.
+"""
+from __future__ import annotations
+
+import math
+
+from tvm import relax
+from tvm.relax.dpl import is_const, is_op, wildcard
+
+from ...workload import Workload
+from ..elemwise_math import constant_scalar
+from . import Composite, Family, dtype, register_family, static_shape
+
+#: longest key sequence fused: a task keeps two rows of scores per query row on its stack
+MAX_KEYS = 16384
+
+
+def _attention():
+    q, k, kt, v, mask, c = wildcard(), wildcard(), wildcard(), wildcard(), wildcard(), is_const()
+    perm = is_op("relax.permute_dims")(k)
+    qk = is_op("relax.matmul")(q, perm | kt)
+    s4 = is_op("relax.reshape")(qk, wildcard())
+    s = s4 | qk
+    scaled = is_op("relax.multiply")(s, c) | is_op("relax.multiply")(c, s) | is_op("relax.divide")(s, c)
+    s = scaled | s
+    s = is_op("relax.add")(s, mask) | is_op("relax.add")(mask, s) | s
+    sm = is_op("relax.nn.softmax")(s)
+    p3 = is_op("relax.reshape")(sm, wildcard())
+    anchor = is_op("relax.matmul")(p3 | sm, v)
+    return anchor, {"anchor": anchor, "q": q, "k": k, "kt": kt, "perm": perm, "qk": qk, "s4": s4, "scale": c,
+                    "mask": mask, "sm": sm, "p3": p3, "v": v}
+
+
+def _static(expr) -> tuple | None:
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    shape = static_shape(expr)
+    return shape if all(isinstance(d, int) for d in shape) else None
+
+
+def mask_groups(mask_shape, lead: tuple, M: int, N: int) -> tuple | None:
+    """``(G, Mm, Nn)`` of an additive mask against scores with leading axes ``lead`` (product B)
+    and rows ``(M, N)``: the mask's leading axes (left-padded with 1) equal ``lead`` up to some
+    axis and are 1 after it, so batch ``b`` reads mask group ``b // (B / G)``. None otherwise."""
+    rank = len(lead) + 2
+    if len(mask_shape) > rank:
+        return None
+    full = (1,) * (rank - len(mask_shape)) + tuple(mask_shape)
+    *ml, Mm, Nn = full
+    if Mm not in (1, M) or Nn not in (1, N):
+        return None
+    g = 0
+    while g < len(ml) and ml[g] == lead[g] and ml[g] != 1:
+        g += 1
+    if any(d != 1 for d in ml[g:]):
+        return None
+    return math.prod(lead[:g]), Mm, Nn
+
+
+def _check(variant: str, ann: dict) -> bool:
+    shapes = {n: _static(ann[n]) for n in ("q", "qk", "anchor", "v")}
+    if any(s is None or len(s) != 3 for s in shapes.values()):
+        return False
+    (B, M, d), (_, _, N), (_, _, dv) = shapes["q"], shapes["qk"], shapes["anchor"]
+    if shapes["qk"] != (B, M, N) or shapes["v"] != (B, N, dv) or shapes["anchor"] != (B, M, dv) or N > MAX_KEYS:
+        return False
+    if "perm" in ann:
+        axes = ann["perm"].attrs.axes
+        if _static(ann["k"]) != (B, N, d) or axes is None or [int(a) for a in axes] != [0, 2, 1]:
+            return False
+    elif _static(ann["kt"]) != (B, d, N):
+        return False
+    if any(dtype(ann[n]) != "float32" for n in ("q", "v", "anchor", "k" if "perm" in ann else "kt")):
+        return False
+    scores = _static(ann["sm"])
+    if scores is None or scores[-2:] != (M, N) or math.prod(scores[:-2]) != B:
+        return False
+    if int(ann["sm"].attrs.axis) not in (-1, len(scores) - 1):
+        return False
+    if "p3" in ann and _static(ann["p3"]) != (B, M, N):
+        return False
+    if "scale" in ann and constant_scalar(ann["scale"]) is None:
+        return False
+    if "mask" in ann:
+        ms = _static(ann["mask"])
+        if ms is None or dtype(ann["mask"]) != "float32" or mask_groups(ms, scores[:-2], M, N) is None:
+            return False
+    return True
+
+
+def _extract(comp: Composite):
+    calls = comp.calls
+    matmuls = [c for c in calls if c.op.name == "relax.matmul"]
+    qk, pv = matmuls[0], matmuls[-1]
+    sm = next(c for c in calls if c.op.name == "relax.nn.softmax")
+    q, v = comp.outer(qk.args[0]), comp.outer(pv.args[1])
+    kt = comp.value(qk.args[1])
+    if isinstance(kt, relax.Call) and kt.op.name == "relax.permute_dims":
+        k, layout = comp.outer(kt.args[0]), "nk"
+    else:
+        k, layout = comp.outer(qk.args[1]), "kn"
+    scale, scale_op = None, "multiply"
+    scaling = next((c for c in calls if c.op.name in ("relax.multiply", "relax.divide")), None)
+    if scaling is not None:
+        scale_op = scaling.op.name.split(".")[-1]
+        const = next(comp.outer(a) for a in scaling.args if comp.outer(a) is not None
+                     and constant_scalar(comp.outer(a)) is not None)
+        scale = constant_scalar(const)
+    (B, M, d), N, dv = static_shape(q), static_shape(v)[1], static_shape(v)[2]
+    args = [q, k, v]
+    shapes = [static_shape(q), static_shape(k), static_shape(v)]
+    add = next((c for c in calls if c.op.name == "relax.add"), None)
+    if add is not None:
+        mask = next(comp.outer(a) for a in add.args if comp.outer(a) is not None)  # the other is the scores
+        groups = mask_groups(static_shape(mask), static_shape(sm.args[0])[:-2], M, N)
+        args.append(relax.op.reshape(mask, groups))
+        shapes.append(groups)
+    attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
+    wl = Workload("attention", shapes, [dtype(a) for a in args[:3]] + (["float32"] if len(args) > 3 else []),
+                  dtype(q), attrs=attrs)
+    return wl, args, None
+
+
+register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True,
+                       covers="3-D float32 q, k, v of static shapes, a constant scale and a mask shared "
+                              "along trailing batch axes"))
