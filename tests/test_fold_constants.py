@@ -179,3 +179,68 @@ def test_strided_slice_of_a_constant_folds_like_stock(axes, begin, end, strides)
     assert not has_constant_call(ours)
     a, b = _constants(ours), _constants(stock)
     assert len(a) == len(b) == 1 and a[0].shape == b[0].shape and a[0].tobytes() == b[0].tobytes()
+
+
+def _calls(mod) -> set:
+    ops = set()
+    relax.analysis.post_order_visit(mod["main"], lambda e: ops.add(e.op.name) if isinstance(e, relax.Call)
+                                    and isinstance(e.op, tvm.ir.Op) else None)
+    return ops
+
+
+def test_index_grids_of_an_export_fold():
+    """A bicubic resize of a weight (YOLOS interpolates its position embeddings every call) is
+    decomposed by ``torch.export`` into ``arange`` grids, int64 arithmetic, ``concat`` and
+    ``index_tensor``: all of it is constant, so all of it folds, and the result still matches."""
+    import torch
+
+    from ext.frontend import from_torch
+    from ext.testing import run_relax
+
+    class Interp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = torch.nn.Parameter(torch.randn(1, 8, 6, 7))
+
+        def forward(self, x):
+            return x + torch.nn.functional.interpolate(self.pos, size=(11, 13), mode="bicubic", align_corners=False)
+
+    model, x = Interp().eval(), torch.randn(2, 8, 11, 13)
+    mod = from_torch(model, (x,))
+    assert {"relax.arange", "relax.index_tensor", "relax.concat"} <= _calls(mod)
+    folded = FoldConstants()(mod)
+    assert _calls(folded) <= {"relax.add"}, _calls(folded)
+    ex = ext.build(mod, TARGET, cache=False, verbose=False)
+    with torch.no_grad():
+        np.testing.assert_allclose(run_relax(ex, x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_index_tensor_out_of_range_is_left_to_the_kernel():
+    """NumPy would wrap a negative index where the op's kernel does not: not folded here."""
+    data = relax.const(np.arange(12, dtype="float32").reshape(3, 4))
+    idx = relax.const(np.array([0, -1, 2], dtype="int64"))
+    x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            g = bb.emit(relax.op.index_tensor(data, relax.Tuple([idx])))
+            out = bb.emit_output(relax.op.add(x, g))
+        bb.emit_func_output(out)
+    assert "relax.index_tensor" in _calls(FoldConstants()(bb.get()))
+
+
+def test_full_with_an_infinite_fill_builds():
+    """``torch.full((M, N), -inf)`` (a causal mask built in forward): folded with NumPy; stock
+    legalization raised TypeError on the infinite fill."""
+    import torch
+
+    from ext.frontend import from_torch
+    from ext.testing import run_relax
+
+    class Causal(torch.nn.Module):
+        def forward(self, s):
+            return torch.softmax(s + torch.triu(torch.full((5, 5), float("-inf")), 1), dim=-1)
+
+    x = torch.randn(2, 5, 5)
+    ex = ext.build(from_torch(Causal(), (x,)), TARGET, cache=False, verbose=False)
+    np.testing.assert_allclose(run_relax(ex, x.numpy()), Causal()(x).numpy(), rtol=1e-6, atol=1e-7)

@@ -64,7 +64,7 @@ def mask_groups(mask_shape, lead: tuple, M: int, N: int) -> tuple | None:
     if Mm not in (1, M) or Nn not in (1, N):
         return None
     g = 0
-    while g < len(ml) and ml[g] == lead[g] and ml[g] != 1:
+    while g < len(ml) and ml[g] == lead[g]:
         g += 1
     if any(d != 1 for d in ml[g:]):
         return None

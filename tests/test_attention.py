@@ -1,0 +1,172 @@
+"""attention.fused: softmax(q k^T * scale + mask) v in one kernel, against PyTorch and NumPy.
+
+Each model is imported from PyTorch (``from_torch``), built for the CPU and compared with
+PyTorch's own result; the report must show the attention family's decision, so a pattern
+that silently stopped matching fails here rather than only getting slower.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import ext
+import ext.relax_passes as rp
+from ext.frontend import from_torch
+from ext.relax_passes.families.attention import mask_groups
+from ext.runner import CompiledCandidate
+from ext.strategies import REGISTRY
+from ext.testing import assert_close, run_relax
+from ext.tuning.references import attention as reference
+from ext.workload import Workload
+
+
+class Attention(torch.nn.Module):
+    """``softmax(q k^T * scale + mask) v`` over (batch, heads, tokens, dim) tensors, in the forms
+    models write it."""
+
+    def __init__(self, form: str = "multiply", mask=None, bias_heads: int = 0, M: int = 0, N: int = 0):
+        super().__init__()
+        self.form, self.mask = form, mask
+        self.bias = torch.nn.Parameter(torch.randn(1, bias_heads, M, N)) if bias_heads else None
+
+    def forward(self, q, k, v):
+        d = q.shape[-1]
+        kt = k if self.form == "kt" else k.transpose(-1, -2)
+        s = torch.matmul(q, kt)
+        if self.form == "divide":
+            s = s / (d ** 0.5)
+        elif self.form == "left":
+            s = (d ** -0.5) * s
+        elif self.form in ("multiply", "kt"):
+            s = s * (d ** -0.5)
+        if self.mask is not None:
+            s = s + self.mask
+        if self.bias is not None:
+            s = s + self.bias
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def _inputs(B, H, M, N, d, dv, kt=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, M, d, generator=g)
+    k = torch.randn(B, H, d, N, generator=g) if kt else torch.randn(B, H, N, d, generator=g)
+    return q, k, torch.randn(B, H, N, dv, generator=g)
+
+
+def _build(model, inputs, target=None):
+    ex = ext.build(from_torch(model, inputs), target or ext.target.cpu(), cache=False, verbose=False)
+    return ex, ext.last_report()
+
+
+def _check(model, inputs, fused: bool = True):
+    ex, rep = _build(model, inputs)
+    got = run_relax(ex, *[x.numpy() for x in inputs])
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN positions differ from PyTorch's"
+    ok = ~np.isnan(want)
+    assert_close(got[ok], want[ok], rtol=1e-5, atol=2e-5, what="attention vs PyTorch")
+    names = [d.candidate.name for d in rep if d.workload.op == "attention" and d.candidate is not None]
+    assert (names == ["attention.fused"]) if fused else not names, [d.workload.key for d in rep]
+    return rep
+
+
+@pytest.mark.parametrize("form", ["multiply", "divide", "left", "none", "kt"])
+@pytest.mark.parametrize("shape", [(1, 2, 13, 37, 16, 16), (2, 3, 1, 7, 20, 12), (1, 1, 50, 67, 64, 64)])
+def test_forms_and_shapes(form, shape):
+    B, H, M, N, d, dv = shape
+    inputs = _inputs(B, H, M, N, d, dv, kt=form == "kt")
+    rep = _check(Attention(form), inputs)
+    wl = rep.find("attention")[0].workload
+    if form == "kt" or B == 1:  # batch > 1: the importer transposes the 4-D keys before the reshape
+        assert wl.attr("k_layout") == ("kn" if form == "kt" else "nk")
+    assert (wl.attr("scale") is None) == (form == "none")
+
+
+def test_padding_mask_per_sequence():
+    """A (batch, 1, 1, N) mask with -inf on each sequence's padding: heads share it."""
+    B, H, M, N, d = 2, 3, 11, 11, 16
+    mask = torch.zeros(B, 1, 1, N)
+    mask[0, ..., -4:] = float("-inf")
+    mask[1, ..., -1:] = float("-inf")
+    rep = _check(Attention(mask=mask), _inputs(B, H, M, N, d, d))
+    assert rep.find("attention")[0].workload.shapes[3] == (B, 1, N)
+
+
+def test_causal_mask_and_relative_bias():
+    M = N = 19
+    causal = torch.triu(torch.full((M, N), float("-inf")), 1)
+    _check(Attention(mask=causal), _inputs(1, 4, M, N, 8, 8))
+    rep = _check(Attention(bias_heads=4, M=M, N=N), _inputs(1, 4, M, N, 8, 8))  # T5-style per-head bias
+    assert rep.find("attention")[0].workload.shapes[3] == (4, M, N)
+
+
+def test_nan_and_inf_propagate_like_pytorch():
+    q, k, v = _inputs(1, 2, 9, 21, 16, 16)
+    q[0, 0, 3, 5] = float("nan")      # one score row NaN: that output row NaN
+    k[0, 1, 7, 2] = float("inf")      # a +-inf score: exp(inf - inf) is NaN in that row
+    v[0, 1, 4, 0] = float("inf")      # an inf value: inf (or NaN) in its column
+    mask = torch.zeros(1, 1, 1, 21)
+    mask[..., 0] = float("-inf")      # a masked key: exp(-inf) = 0, and 0 * v is 0 there
+    _check(Attention(mask=mask), (q, k, v))
+
+
+def test_fully_masked_row_is_nan_as_in_pytorch():
+    M = N = 6
+    mask = torch.zeros(M, N)
+    mask[2, :] = float("-inf")
+    _check(Attention(mask=mask), _inputs(1, 1, M, N, 8, 8))
+
+
+def test_declined_shapes_stay_correct():
+    """A mask that varies along the heads but not the batch cannot be grouped: not fused."""
+    B, H, M, N, d = 2, 3, 5, 7, 8
+    _check(Attention(mask=torch.randn(1, H, 1, N)), _inputs(B, H, M, N, d, d), fused=False)
+
+
+def test_probabilities_used_elsewhere_are_not_fused():
+    class Both(torch.nn.Module):
+        def forward(self, q, k, v):
+            p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
+            return p @ v + p.sum(-1, keepdim=True)
+
+    _check(Both(), _inputs(1, 2, 5, 7, 16, 16), fused=False)
+
+
+def test_gpu_targets_keep_the_separate_kernels():
+    """The family is CPU-only: a CUDA build fuses the matmuls and the softmax on their own."""
+    mod = from_torch(Attention(), _inputs(1, 2, 13, 37, 16, 16))
+    with ext.target.cuda(arch="sm_90"):
+        fused = rp.FuseEpilogues(cpu=False)(rp.Canonicalize()(mod))
+    families = {str(f.attrs["ext.family"]) for _, f in fused.functions_items()
+                if f.attrs is not None and "ext.family" in f.attrs}
+    assert "attention" not in families and {"matmul", "softmax"} <= families
+
+
+def test_mask_groups():
+    assert mask_groups((1, 1, 1, 9), (2, 3), 5, 9) == (1, 1, 9)
+    assert mask_groups((1, 3, 5, 9), (1, 3), 5, 9) == (3, 5, 9)  # a per-head bias at batch 1
+    assert mask_groups((2, 1, 1, 9), (2, 3), 5, 9) == (2, 1, 9)
+    assert mask_groups((2, 3, 5, 9), (2, 3), 5, 9) == (6, 5, 9)
+    assert mask_groups((5, 9), (2, 3), 5, 9) == (1, 5, 9)
+    assert mask_groups((1, 3, 1, 9), (2, 3), 5, 9) is None  # per head, shared by the batch
+    assert mask_groups((1, 1, 4, 9), (2, 3), 5, 9) is None  # neither 1 nor M rows
+
+
+@pytest.mark.parametrize("layout,mask", [("nk", (3, 1, 29)), ("kn", None)])
+def test_every_config_matches_numpy(cpu_target, layout, mask):
+    B, M, N, d, dv = 3, 11, 29, 24, 20
+    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + ([mask] if mask else [])
+    wl = Workload("attention", shapes, ["float32"] * len(shapes), "float32",
+                  attrs={"k_layout": layout, "scale": 0.2, "scale_op": "multiply", "out_shape": (B, M, dv)})
+    cand = REGISTRY.get("attention.fused")
+    space = cand.space(wl, cpu_target)
+    assert len(space) >= 8 and cand.default_config(wl, cpu_target) in space
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(s).astype("float32") for s in shapes]
+    want = reference(wl, xs)
+    for cfg in space:
+        got = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+        assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"attention.fused {cfg}")
