@@ -74,7 +74,7 @@ def _check(model, inputs, fused: bool = True):
 
 
 @pytest.mark.parametrize("form", ["multiply", "divide", "left", "none", "kt"])
-@pytest.mark.parametrize("shape", [(1, 2, 13, 37, 16, 16), (2, 3, 1, 7, 20, 12), (1, 1, 50, 67, 64, 64)])
+@pytest.mark.parametrize("shape", [(1, 2, 13, 67, 16, 16), (2, 3, 1, 71, 20, 12), (1, 1, 50, 64, 64, 64)])
 def test_forms_and_shapes(form, shape):
     B, H, M, N, d, dv = shape
     inputs = _inputs(B, H, M, N, d, dv, kt=form == "kt")
@@ -87,7 +87,7 @@ def test_forms_and_shapes(form, shape):
 
 def test_padding_mask_per_sequence():
     """A (batch, 1, 1, N) mask with -inf on each sequence's padding: heads share it."""
-    B, H, M, N, d = 2, 3, 11, 11, 16
+    B, H, M, N, d = 2, 3, 11, 66, 16
     mask = torch.zeros(B, 1, 1, N)
     mask[0, ..., -4:] = float("-inf")
     mask[1, ..., -1:] = float("-inf")
@@ -96,7 +96,7 @@ def test_padding_mask_per_sequence():
 
 
 def test_causal_mask_and_relative_bias():
-    M = N = 19
+    M = N = 67
     causal = torch.triu(torch.full((M, N), float("-inf")), 1)
     _check(Attention(mask=causal), _inputs(1, 4, M, N, 8, 8))
     rep = _check(Attention(bias_heads=4, M=M, N=N), _inputs(1, 4, M, N, 8, 8))  # T5-style per-head bias
@@ -104,17 +104,17 @@ def test_causal_mask_and_relative_bias():
 
 
 def test_nan_and_inf_propagate_like_pytorch():
-    q, k, v = _inputs(1, 2, 9, 21, 16, 16)
+    q, k, v = _inputs(1, 2, 9, 69, 16, 16)
     q[0, 0, 3, 5] = float("nan")      # one score row NaN: that output row NaN
     k[0, 1, 7, 2] = float("inf")      # a +-inf score: exp(inf - inf) is NaN in that row
     v[0, 1, 4, 0] = float("inf")      # an inf value: inf (or NaN) in its column
-    mask = torch.zeros(1, 1, 1, 21)
+    mask = torch.zeros(1, 1, 1, 69)
     mask[..., 0] = float("-inf")      # a masked key: exp(-inf) = 0, and 0 * v is 0 there
     _check(Attention(mask=mask), (q, k, v))
 
 
 def test_fully_masked_row_is_nan_as_in_pytorch():
-    M = N = 6
+    M, N = 5, 64
     mask = torch.zeros(M, N)
     mask[2, :] = float("-inf")
     _check(Attention(mask=mask), _inputs(1, 1, M, N, 8, 8))
@@ -122,8 +122,13 @@ def test_fully_masked_row_is_nan_as_in_pytorch():
 
 def test_declined_shapes_stay_correct():
     """A mask that varies along the heads but not the batch cannot be grouped: not fused."""
-    B, H, M, N, d = 2, 3, 5, 7, 8
+    B, H, M, N, d = 2, 3, 5, 70, 8
     _check(Attention(mask=torch.randn(1, H, 1, N)), _inputs(B, H, M, N, d, d), fused=False)
+
+
+def test_short_key_sequences_stay_separate():
+    """Below MIN_KEYS keys (Swin's 49-key windows) matmul + softmax + matmul measured faster."""
+    _check(Attention(), _inputs(4, 3, 49, 49, 32, 32), fused=False)
 
 
 def test_probabilities_used_elsewhere_are_not_fused():
@@ -132,12 +137,12 @@ def test_probabilities_used_elsewhere_are_not_fused():
             p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
             return p @ v + p.sum(-1, keepdim=True)
 
-    _check(Both(), _inputs(1, 2, 5, 7, 16, 16), fused=False)
+    _check(Both(), _inputs(1, 2, 5, 70, 16, 16), fused=False)
 
 
 def test_gpu_targets_keep_the_separate_kernels():
     """The family is CPU-only: a CUDA build fuses the matmuls and the softmax on their own."""
-    mod = from_torch(Attention(), _inputs(1, 2, 13, 37, 16, 16))
+    mod = from_torch(Attention(), _inputs(1, 2, 13, 67, 16, 16))
     with ext.target.cuda(arch="sm_90"):
         fused = rp.FuseEpilogues(cpu=False)(rp.Canonicalize()(mod))
     families = {str(f.attrs["ext.family"]) for _, f in fused.functions_items()

@@ -8,7 +8,7 @@ the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be 
 up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
 sequence, ``(1, H, M, N)`` relative-position biases, ``(1, 1, M, N)`` causal masks).
 
-Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
+Fused only for ``MIN_KEYS <= N <= MAX_KEYS`` keys (why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
 ``mask (G, Mm, Nn)`` when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
 (None: no scale op), ``scale_op`` and ``out_shape``. The family only runs on CPU targets (see
 ``FuseEpilogues``): elsewhere the matmuls and the softmax keep their own families.
@@ -26,6 +26,11 @@ from . import Composite, Family, dtype, register_family, static_shape
 
 #: longest key sequence fused: a task keeps two rows of scores per query row on its stack
 MAX_KEYS = 16384
+#: shortest key sequence fused. Below it a head's scores (at most 64 x 64 floats, 16 KB) stay in
+#: L1 between the separate kernels, and the fused kernel's padded key panels cost more than
+#: that saves: Swin-T's 49-key windows took 1.48 ms fused against 1.15 ms as matmul + softmax
+#: + matmul (in the model, per-kernel profile); SegFormer's 64-key stage 0.35 against 0.41 ms.
+MIN_KEYS = 64
 
 
 def _attention():
@@ -76,7 +81,9 @@ def _check(variant: str, ann: dict) -> bool:
     if any(s is None or len(s) != 3 for s in shapes.values()):
         return False
     (B, M, d), (_, _, N), (_, _, dv) = shapes["q"], shapes["qk"], shapes["anchor"]
-    if shapes["qk"] != (B, M, N) or shapes["v"] != (B, N, dv) or shapes["anchor"] != (B, M, dv) or N > MAX_KEYS:
+    if shapes["qk"] != (B, M, N) or shapes["v"] != (B, N, dv) or shapes["anchor"] != (B, M, dv):
+        return False
+    if not MIN_KEYS <= N <= MAX_KEYS:
         return False
     if "perm" in ann:
         axes = ann["perm"].attrs.axes
