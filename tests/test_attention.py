@@ -74,7 +74,7 @@ def _check(model, inputs, fused: bool = True):
 
 
 @pytest.mark.parametrize("form", ["multiply", "divide", "left", "none", "kt"])
-@pytest.mark.parametrize("shape", [(1, 2, 13, 67, 16, 16), (2, 3, 1, 71, 20, 12), (1, 1, 50, 64, 64, 64)])
+@pytest.mark.parametrize("shape", [(1, 2, 13, 67, 16, 16), (2, 3, 1, 71, 20, 24), (1, 1, 50, 64, 64, 64)])
 def test_forms_and_shapes(form, shape):
     B, H, M, N, d, dv = shape
     inputs = _inputs(B, H, M, N, d, dv, kt=form == "kt")
@@ -129,6 +129,11 @@ def test_declined_shapes_stay_correct():
 def test_short_key_sequences_stay_separate():
     """Below MIN_KEYS keys (Swin's 49-key windows) matmul + softmax + matmul measured faster."""
     _check(Attention(), _inputs(4, 3, 49, 49, 32, 32), fused=False)
+
+
+def test_value_widths_off_the_vector_grid_stay_separate():
+    """A 30-wide head (MobileViT) would run 2-lane vectors in the fused kernel: left separate."""
+    _check(Attention(), _inputs(1, 4, 64, 64, 30, 30), fused=False)
 
 
 def test_probabilities_used_elsewhere_are_not_fused():

@@ -8,7 +8,8 @@ the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be 
 up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
 sequence, ``(1, H, M, N)`` relative-position biases, ``(1, 1, M, N)`` causal masks).
 
-Fused only for ``MIN_KEYS <= N <= MAX_KEYS`` keys (why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
+Fused only for ``MIN_KEYS <= N <= MAX_KEYS`` keys and value widths of whole 8-lane vectors
+(why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
 ``mask (G, Mm, Nn)`` when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
 (None: no scale op), ``scale_op`` and ``out_shape``. The family only runs on CPU targets (see
 ``FuseEpilogues``): elsewhere the matmuls and the softmax keep their own families.
@@ -31,6 +32,10 @@ MAX_KEYS = 16384
 #: that saves: Swin-T's 49-key windows took 1.48 ms fused against 1.15 ms as matmul + softmax
 #: + matmul (in the model, per-kernel profile); SegFormer's 64-key stage 0.35 against 0.41 ms.
 MIN_KEYS = 64
+#: the value width must be whole 8-lane vectors: the second product's register tile is built of
+#: power-of-two vectors dividing it, so a 30- or 36-wide head (MobileViT) would run 2- or
+#: 4-lane vectors (0.69 ms fused against 0.35 ms separate for MobileViT-XS's 30-wide heads)
+VALUE_ALIGN = 8
 
 
 def _attention():
@@ -83,7 +88,7 @@ def _check(variant: str, ann: dict) -> bool:
     (B, M, d), (_, _, N), (_, _, dv) = shapes["q"], shapes["qk"], shapes["anchor"]
     if shapes["qk"] != (B, M, N) or shapes["v"] != (B, N, dv) or shapes["anchor"] != (B, M, dv):
         return False
-    if not MIN_KEYS <= N <= MAX_KEYS:
+    if not MIN_KEYS <= N <= MAX_KEYS or dv % VALUE_ALIGN:
         return False
     if "perm" in ann:
         axes = ann["perm"].attrs.axes

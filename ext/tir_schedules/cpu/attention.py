@@ -20,6 +20,7 @@ import dataclasses
 from tvm import s_tir
 
 from ..common import extent
+from .matmul import accumulate_tile
 from .softmax import rfactor_lanes, vectorize_inner
 
 
@@ -70,15 +71,7 @@ def schedule_attention(sch: s_tir.Schedule, cfg: AttentionConfig, lanes: int) ->
     task = sch.fuse(b, i0)
     sch.parallel(task)
     rfs = [rfactor_lanes(sch, sch.get_sblock(name), lanes) for name in ("max", "sum")]
-    # the second product: an mb x dv register tile over the keys
-    pv = sch.get_sblock("pv")
-    sch.compute_at(pv, task, preserve_unit_loops=True)
-    sch.set_scope(pv, 0, "local")
-    pi, pc, pj = sch.get_loops(pv)[-3:]
-    sch.reorder(pj, pi, pc)
-    sch.unroll(pi)
-    _vector_tile(sch, pc, lanes)
-    sch.decompose_reduction(pv, pj)
+    sch.decompose_reduction(*accumulate_tile(sch, task, cfg, lanes, "pv"))  # mb x dv, over the keys
     for name in ("sum", "exp", "max", "S"):
         sch.compute_at(sch.get_sblock(name), task, preserve_unit_loops=True)
         if name in ("sum", "max"):
@@ -93,14 +86,7 @@ def schedule_attention(sch: s_tir.Schedule, cfg: AttentionConfig, lanes: int) ->
     j0, j1 = sch.split(sj, [None, cfg.nb])
     sch.reorder(j0, si, j1)
     _vector_tile(sch, j1, lanes)
-    cblk = sch.get_sblock("C")
-    sch.compute_at(cblk, j0, preserve_unit_loops=True)
-    sch.set_scope(cblk, 0, "local")
-    ci, cj, ck = sch.get_loops(cblk)[-3:]
-    sch.reorder(ck, ci, cj)
-    sch.unroll(ci)
-    _vector_tile(sch, cj, lanes)
-    sch.decompose_reduction(cblk, ck)
+    sch.decompose_reduction(*accumulate_tile(sch, j0, cfg, lanes, "C"))  # mb x nb, over the head dim
     # key panels once per call, before the tasks
     kp = sch.get_sblock("Kp")
     kb, kpp, _kk, kl = sch.get_loops(kp)

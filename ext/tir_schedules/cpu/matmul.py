@@ -78,23 +78,34 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
     sch.decompose_reduction(c, ck)
 
 
-def accumulate_tile(sch: s_tir.Schedule, i0, cfg: TileConfig, lanes: int):
-    """The ``mb x nb`` accumulator tile of block ``C`` in registers under loop ``i0``: k outermost,
-    rows unrolled, columns vectorized. Returns ``(C, k loop)`` for ``decompose_reduction``."""
-    c = sch.get_sblock("C")
+def accumulate_tile(sch: s_tir.Schedule, i0, cfg: TileConfig, lanes: int, block: str = "C"):
+    """The ``mb x nb`` accumulator tile of ``block`` (``C``) in registers under loop ``i0``
+    (see :func:`register_tile`). Returns ``(block, reduction loop)`` for ``decompose_reduction``.
+    ``cfg.nb`` is unused: the tile is the block's region there."""
+    c = sch.get_sblock(block)
     sch.compute_at(c, i0, preserve_unit_loops=True)
     sch.set_scope(c, 0, "local")
+    return c, register_tile(sch, c, lanes)
+
+
+def register_tile(sch: s_tir.Schedule, c, lanes: int):
+    """Block ``c``'s last three loops (rows, columns, reduction) as a register tile: the
+    reduction outermost, rows unrolled, columns vectorized; returns the reduction loop."""
     ci, cj, ck = sch.get_loops(c)[-3:]
     sch.reorder(ck, ci, cj)
     sch.unroll(ci)
-    if cfg.nb % lanes == 0 and cfg.nb // lanes not in (1, 2, 4):
-        # 48 or 96 lanes in one vector loop spill: unrolled lanes-wide groups inside the row loop
-        cj0, cj1 = sch.split(cj, [None, lanes])
-        sch.unroll(cj0)
-        sch.vectorize(cj1)
-    else:
+    nb = extent(sch, cj)
+    if nb % lanes == 0 and nb // lanes in (1, 2, 4):
         sch.vectorize(cj)
-    return c, ck
+        return ck
+    # 48 or 96 lanes in one vector loop spill, and a width that is not whole vectors (an
+    # attention head of 24) ran 4x slower as one 24-lane loop: unrolled vectors of the widest
+    # power of two dividing it
+    width = min(lanes, nb & -nb)
+    cj0, cj1 = sch.split(cj, [None, width])
+    sch.unroll(cj0)
+    sch.vectorize(cj1)
+    return ck
 
 
 def _vectorize_store(sch, loop, nb: int, lanes: int) -> None:
