@@ -73,6 +73,12 @@ def as_pytorch_computes(ep) -> None:
       go too (the importer passes ``_assert_scalar`` through unchecked anyway).
     * ``repeat`` by a symbolic count of axes of size 1 is that ``expand``: Relax's ``tile``
       takes only fixed counts (DeBERTa's relative positions, ``arange(seq).repeat(seq, 1)``).
+    * Arithmetic with a floating-point result (``/``, ``*``, ``+``, ``-``, ``**``, ``where``,
+      ``log``, ``sqrt``, ``exp``...) casts each tensor operand of another dtype (integer, bool)
+      to the result's dtype first, as PyTorch's type promotion computes. The importer divided
+      int64 tensors as integers (``arange(8) / 2`` came out truncated: a silent wrong answer),
+      rejected ``log`` of int64 (DeBERTa-v2's log-bucketed relative positions failed to import)
+      and mixed dtypes in ``where``.
     """
     import torch
 
@@ -94,6 +100,8 @@ def as_pytorch_computes(ep) -> None:
             val = getattr(node.args[0], "meta", {}).get("val")
             if val is not None and val.dtype.is_floating_point:  # the importer made the int an int32 constant
                 node.args = (node.args[0], float(node.args[1]), *node.args[2:])
+        elif node.target in _promoting(torch):
+            _promote_to_result(ep.graph, node, _promoting(torch)[node.target])
         if node.target is torch.ops.aten.cumsum.default:
             val = getattr(node.args[0], "meta", {}).get("val")
             if getattr(val, "dtype", None) == torch.bool and node.kwargs.get("dtype") is None:
@@ -105,6 +113,51 @@ def as_pytorch_computes(ep) -> None:
             kept = [a for a, v in zip(node.args[0], vals) if not (v.dim() == 1 and v.shape[0] == 0)]
             if kept and len(kept) < len(vals):
                 node.args = (kept, *node.args[1:])
+
+
+_PROMOTING: dict = {}
+
+
+def _promoting(torch) -> dict:
+    """ATen op -> positions of its tensor operands that take the result's dtype (the ops whose
+    floating-point result PyTorch computes in that dtype whatever their operands' dtypes)."""
+    if not _PROMOTING:
+        aten = torch.ops.aten
+        unary = ("log", "log2", "log10", "log1p", "exp", "exp2", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+                 "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
+                 "reciprocal")
+        for name in unary:
+            if hasattr(aten, name):
+                _PROMOTING[getattr(aten, name).default] = (0,)
+        for op in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor, aten.pow.Tensor_Tensor,
+                   aten.maximum.default, aten.minimum.default, aten.atan2.default):
+            _PROMOTING[op] = (0, 1)
+        for op in (aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar, aten.rsub.Scalar,
+                   aten.pow.Tensor_Scalar):
+            _PROMOTING[op] = (0,)
+        _PROMOTING[aten.where.self] = (1, 2)
+    return _PROMOTING
+
+
+def _promote_to_result(graph, node, positions) -> None:
+    """Cast the tensor operands at ``positions`` whose dtype is not the node's floating-point
+    result dtype to that dtype (an ``_to_copy`` before the node)."""
+    import torch
+
+    out = node.meta.get("val")
+    if out is None or not getattr(out, "dtype", torch.int64).is_floating_point:
+        return
+    args = list(node.args)
+    for pos in positions:
+        arg = args[pos] if pos < len(args) else None
+        val = getattr(arg, "meta", {}).get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype == out.dtype:
+            continue
+        with graph.inserting_before(node):
+            cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": out.dtype})
+        cast.meta["val"] = val.to(out.dtype)
+        args[pos] = cast
+    node.args = tuple(args)
 
 
 def _wrap_negative_indices(graph, node) -> None:

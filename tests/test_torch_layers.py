@@ -61,6 +61,16 @@ CASES = {
     # Relax's arange miscounts some negative steps (arange(16, -16, -1): 34 elements)
     "arange_down": (lambda: Call(lambda m, x: x + torch.arange(16, -16, -1) + torch.arange(2.5, -13.5, -0.5)),
                     [(2, 32)]),
+    # integer and bool tensors in float arithmetic take the result's dtype, as PyTorch promotes:
+    # the importer divided int64 by int64 as integers (arange(8) / 2 truncated: a wrong answer)
+    "int_true_divide": (lambda: Call(lambda m, x: x + torch.arange(1, 9) / 2 + torch.div(torch.arange(8), torch.arange(1, 9))),
+                        [(2, 8)]),
+    "int_float_scalars": (lambda: Call(lambda m, x: x + torch.arange(8) * 0.5 + (1.5 - torch.arange(8)) + torch.arange(8) ** 0.5
+                                       + (x > 0) * 0.25), [(2, 8)]),
+    "where_int_float": (lambda: Call(lambda m, x: torch.where(x > 0, torch.arange(8), x)), [(2, 8)]),
+    # log of int64 was rejected by Relax (DeBERTa-v2's log-bucketed relative positions)
+    "log_of_int": (lambda: Call(lambda m, x: x + torch.log(torch.arange(1, 9)) + torch.sqrt(torch.arange(8))
+                                + torch.exp(-torch.arange(8))), [(2, 8)]),
 }
 
 
