@@ -14,7 +14,7 @@ import tvm
 import ext
 import ext.relax_passes as rp
 from ext.frontend import from_torch
-from ext.relax_passes.families.attention import mask_groups
+from ext.relax_passes.families.attention import compress_mask, mask_groups
 from ext.runner import CompiledCandidate
 from ext.strategies import REGISTRY
 from ext.testing import assert_close, run_relax
@@ -163,6 +163,30 @@ def test_mask_groups():
     assert mask_groups((5, 9), (2, 3), 5, 9) == (1, 5, 9)
     assert mask_groups((1, 3, 1, 9), (2, 3), 5, 9) is None  # per head, shared by the batch
     assert mask_groups((1, 1, 4, 9), (2, 3), 5, 9) is None  # neither 1 nor M rows
+
+
+def test_constant_masks_are_cut_to_what_varies():
+    assert compress_mask(np.zeros((1, 5, 7), "float32")) is None  # all zero: no mask at all
+    pad = np.zeros((2, 5, 7), "float32")
+    pad[:, :, -2:] = -np.inf
+    assert compress_mask(pad).shape == (1, 1, 7)
+    causal = np.triu(np.full((5, 5), -np.inf, "float32"), 1)[None]
+    assert compress_mask(causal).shape == (1, 5, 5)
+    nan = np.zeros((1, 5, 7), "float32")
+    nan[0, 2, 3] = np.nan  # a NaN is kept where it is
+    assert compress_mask(nan).shape == (1, 5, 7)
+
+
+def test_zero_mask_is_dropped_and_a_row_mask_shrinks():
+    """A constant all-zero (M, N) mask (DINOv2 adds one) costs the kernel nothing; a padding mask
+    repeated on every query row is read as one row."""
+    M = N = 70
+    rep = _check(Attention(mask=torch.zeros(M, N)), _inputs(1, 2, M, N, 16, 16))
+    assert len(rep.find("attention")[0].workload.shapes) == 3
+    pad = torch.zeros(M, N)
+    pad[:, -5:] = float("-inf")
+    rep = _check(Attention(mask=pad), _inputs(1, 2, M, N, 16, 16))
+    assert rep.find("attention")[0].workload.shapes[3] == (1, 1, N)
 
 
 @pytest.mark.parametrize("layout,mask", [("nk", (3, 1, 29)), ("kn", None)])

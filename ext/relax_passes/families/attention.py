@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
@@ -81,6 +83,20 @@ def mask_groups(mask_shape, lead: tuple, M: int, N: int) -> tuple | None:
     return math.prod(lead[:g]), Mm, Nn
 
 
+def compress_mask(mask: np.ndarray) -> np.ndarray | None:
+    """A constant ``(G, Mm, Nn)`` mask with the axes along which it does not vary cut to one
+    (a padding mask built per query row, a bias equal for every head); None when it is all
+    zeros: adding it changes nothing softmax can see (only ``-0.0`` to ``+0.0``). DINOv2 adds
+    a zero ``(730, 730)`` mask at 384x384, which the kernel otherwise read for every head."""
+    if not mask.any():
+        return None
+    for axis in range(3):
+        first = np.take(mask, [0], axis=axis)
+        if mask.shape[axis] > 1 and np.array_equal(mask, np.broadcast_to(first, mask.shape), equal_nan=True):
+            mask = first
+    return np.ascontiguousarray(mask)
+
+
 def _check(variant: str, ann: dict) -> bool:
     shapes = {n: _static(ann[n]) for n in ("q", "qk", "anchor", "v")}
     if any(s is None or len(s) != 3 for s in shapes.values()):
@@ -139,8 +155,14 @@ def _extract(comp: Composite):
     if add is not None:
         mask = next(comp.outer(a) for a in add.args if comp.outer(a) is not None)  # the other is the scores
         groups = mask_groups(static_shape(mask), static_shape(sm.args[0])[:-2], M, N)
-        args.append(relax.op.reshape(mask, groups))
-        shapes.append(groups)
+        if isinstance(mask, tvm.ir.expr.Constant) and hasattr(mask.value, "numpy"):
+            mask = compress_mask(mask.value.numpy().reshape(groups))
+            if mask is not None:
+                args.append(relax.const(mask))
+                shapes.append(mask.shape)
+        else:
+            args.append(relax.op.reshape(mask, groups))
+            shapes.append(groups)
     attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
     wl = Workload("attention", shapes, [dtype(a) for a in args[:3]] + (["float32"] if len(args) > 3 else []),
                   dtype(q), attrs=attrs)
