@@ -8,7 +8,10 @@ filter transforms). ``FoldConstants`` computes the same constants in rounds:
 
 1. element-wise arithmetic, re-layouts and casts are evaluated with NumPy
    (``_NUMPY``: IEEE add/subtract/multiply/divide/sqrt and pure data movement,
-   so the results equal what the generated code computes, bit for bit);
+   so the results equal what the generated code computes, bit for bit), and so
+   are the index grids an export decomposes gathers into, which stock folding
+   leaves to run time: ``arange`` of integral bounds, ``concat``, ``index_tensor``
+   with in-range indices (``_NUMPY_TUPLE``) and ``full``;
 2. every other operation with constant inputs (``call_tir`` to a weight
    transform, or a Relax op after legalization) joins one batch, and the batch is
    compiled as ONE module, for the same generic ``llvm`` target stock uses;
@@ -257,7 +260,7 @@ class _Folder:
             self._visit_tuple_call(var, value, pending)  # concat, index_tensor: a tuple of tensors
             return
         if not tensors:
-            self._visit_creation(var, value, pending)  # arange: static arguments only
+            self._visit_creation(var, value)  # arange: static arguments only
             return
         inputs = self._inputs([value.args[i] for i in tensors])
         if inputs is None:
@@ -307,7 +310,7 @@ class _Folder:
             return
         self._legalize(var, relax.Call(value.op, args, value.attrs, value.ty_args), value.ty, pending)
 
-    def _visit_creation(self, var, value, pending: list) -> None:
+    def _visit_creation(self, var, value) -> None:
         """``arange`` of static integral bounds (the index grids of an export's decompositions,
         e.g. a bicubic resize of a position embedding): exact in any dtype up to 2^24 elements.
         Bigger grids stay run-time work rather than bytes in the binary (``_CREATION_LIMIT``)."""
