@@ -244,3 +244,24 @@ def test_full_with_an_infinite_fill_builds():
     x = torch.randn(2, 5, 5)
     ex = ext.build(from_torch(Causal(), (x,)), TARGET, cache=False, verbose=False)
     np.testing.assert_allclose(run_relax(ex, x.numpy()), Causal()(x).numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_operand_that_is_a_prim_value_folds_through_legalization():
+    """``add(tensor, prim_value)`` (a decoder's cache position arithmetic) has one tensor operand:
+    not a NumPy twin's two-array call; it folds through the compiled batch."""
+    x = relax.Var("x", relax.TensorType((4,), "int64"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            grid = bb.emit(relax.op.arange(0, 4, 1, "int64"))
+            shifted = bb.emit(relax.op.add(grid, relax.prim_value(tvm.tirx.IntImm("int64", 3))))
+            out = bb.emit_output(relax.op.add(x, shifted))
+        bb.emit_func_output(out)
+    folded = FoldConstants()(bb.get())
+    adds = []
+    relax.analysis.post_order_visit(folded["main"], lambda e: adds.append(e) if isinstance(e, relax.Call)
+                                    and getattr(e.op, "name", "") == "relax.add" else None)
+    assert len(adds) == 1  # x + a constant: the grid and its shift folded
+    ex = tvm.compile(folded, TARGET)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.zeros(4, "int64"))).numpy()
+    np.testing.assert_array_equal(got, np.arange(4) + 3)

@@ -265,7 +265,8 @@ class _Folder:
         inputs = self._inputs([value.args[i] for i in tensors])
         if inputs is None:
             return
-        if name in _NUMPY:
+        scalar_operand = any(isinstance(a.ty, tvm.ir.PrimType) for a in value.args)  # add(x, prim_value)
+        if name in _NUMPY and not scalar_operand:
             out = _NUMPY[name](value, *inputs)
             if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
                 self.consts[var] = out
