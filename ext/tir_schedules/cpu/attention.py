@@ -29,21 +29,12 @@ class AttentionConfig:
     """``mb`` query rows per task (and register-tile rows of both products), ``nb`` keys per
     score panel (a multiple of the vector width)."""
 
-    mb: int = 4
-    nb: int = 64
+    mb: int = 6
+    nb: int = 48
 
 
 def _vector_tile(sch, loop, lanes: int) -> None:
-    """Vectorize a register tile's column loop: one vector, or unrolled lanes-wide vectors
-    (a 48- or 128-lane vector loop spills)."""
-    n = extent(sch, loop)
-    if n <= lanes:
-        sch.vectorize(loop)
-        return
-    if n % lanes:
-        outer, inner = sch.split(loop, [None, lanes])
-        sch.vectorize(inner)
-        return
+    """Vectorize a panel loop of ``nb`` keys (a multiple of ``lanes``) as unrolled vectors."""
     outer, inner = sch.split(loop, [None, lanes])
     sch.unroll(outer)
     sch.vectorize(inner)
