@@ -204,3 +204,18 @@ def test_every_config_matches_numpy(cpu_target, layout, mask):
     for cfg in space:
         got = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
         assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"attention.fused {cfg}")
+
+
+def test_mask_passed_at_run_time():
+    """A padding mask given with every call (an encoder's attention_mask input), per sequence."""
+
+    class WithMask(torch.nn.Module):
+        def forward(self, q, k, v, keep):
+            mask = (1.0 - keep[:, None, None, :]) * torch.finfo(torch.float32).min
+            return torch.matmul(torch.softmax(q @ k.transpose(-1, -2) * 0.25 + mask, dim=-1), v)
+
+    B, H, M, N, d = 2, 3, 7, 66, 16
+    keep = torch.ones(B, N)
+    keep[0, -9:] = 0
+    rep = _check(WithMask(), (*_inputs(B, H, M, N, d, d), keep))
+    assert rep.find("attention")[0].workload.shapes[3] == (B, 1, N)
