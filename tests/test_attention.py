@@ -219,3 +219,24 @@ def test_mask_passed_at_run_time():
     keep[0, -9:] = 0
     rep = _check(WithMask(), (*_inputs(B, H, M, N, d, d), keep))
     assert rep.find("attention")[0].workload.shapes[3] == (B, 1, N)
+
+
+def test_onnx_four_dimensional_attention():
+    """``from_onnx`` keeps (batch, heads) as two axes: the 4-D form is fused too, viewed as 3-D."""
+    import io
+
+    import onnx
+
+    from ext.frontend import from_onnx
+
+    B, H, M, N, d = 2, 3, 9, 70, 16
+    mask = torch.zeros(B, 1, 1, N)
+    mask[1, ..., -4:] = float("-inf")
+    model, inputs = Attention(mask=mask).eval(), _inputs(B, H, M, N, d, d)
+    buf = io.BytesIO()
+    torch.onnx.export(model, inputs, buf, opset_version=17, dynamo=False)
+    ex = ext.build(from_onnx(onnx.load_from_string(buf.getvalue())), ext.target.cpu(), cache=False, verbose=False)
+    assert [d.candidate.name for d in ext.last_report().find("attention")] == ["attention.fused"]
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    assert_close(run_relax(ex, *[x.numpy() for x in inputs]), want, rtol=1e-5, atol=2e-5, what="ONNX attention")

@@ -1,15 +1,17 @@
 """The attention anchor: ``matmul(softmax(matmul(q, k^T) [* scale] [+ mask]), v)`` (CPU).
 
-Matched as importers emit it after ``Canonicalize`` (3-D operands, heads folded into the
-batch): the key transpose may be a ``permute_dims`` inside the match (then the kernel reads
-the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be reshaped to
+Matched as importers emit it after ``Canonicalize`` (3-D operands with the heads folded into the
+batch from ``from_torch``; 4-D ``(batch, heads, ...)`` ones from ``from_onnx``, viewed as 3-D):
+the key transpose may be a ``permute_dims`` of the last two axes inside the match (then the
+kernel reads the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be reshaped to
 4-D and back around the scale, mask and softmax; the scale is a one-element constant
 (multiply or divide); the mask an additive tensor whose leading axes are those of the scores
 up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
 sequence, ``(1, H, M, N)`` relative-position biases, ``(1, 1, M, N)`` causal masks).
 
 Fused only for ``MIN_KEYS <= N <= MAX_KEYS`` keys and value widths of whole 8-lane vectors
-(why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or (B, d, N), v (B, N, dv)]`` plus
+(why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or
+(B, d, N), v (B, N, dv)]`` plus
 ``mask (G, Mm, Nn)`` when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
 (None: no scale op), ``scale_op`` and ``out_shape``. The family only runs on CPU targets (see
 ``FuseEpilogues``): elsewhere the matmuls and the softmax keep their own families.
@@ -99,18 +101,23 @@ def compress_mask(mask: np.ndarray) -> np.ndarray | None:
 
 def _check(variant: str, ann: dict) -> bool:
     shapes = {n: _static(ann[n]) for n in ("q", "qk", "anchor", "v")}
-    if any(s is None or len(s) != 3 for s in shapes.values()):
+    if any(s is None or len(s) < 3 or len(s) != len(shapes["q"]) for s in shapes.values()):
         return False
-    (B, M, d), (_, _, N), (_, _, dv) = shapes["q"], shapes["qk"], shapes["anchor"]
-    if shapes["qk"] != (B, M, N) or shapes["v"] != (B, N, dv) or shapes["anchor"] != (B, M, dv):
+    rank, lead = len(shapes["q"]), shapes["q"][:-2]  # batch axes (ONNX keeps (batch, heads))
+    if any(s[:-2] != lead for s in shapes.values()):
+        return False
+    (M, d), N, dv = shapes["q"][-2:], shapes["qk"][-1], shapes["anchor"][-1]
+    B = math.prod(lead)
+    if shapes["qk"][-2] != M or shapes["v"][-2:] != (N, dv) or shapes["anchor"][-2] != M:
         return False
     if not MIN_KEYS <= N <= MAX_KEYS or dv % VALUE_ALIGN:
         return False
     if "perm" in ann:
         axes = ann["perm"].attrs.axes
-        if _static(ann["k"]) != (B, N, d) or axes is None or [int(a) for a in axes] != [0, 2, 1]:
+        swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+        if _static(ann["k"]) != lead + (N, d) or axes is None or [int(a) for a in axes] != swap:
             return False
-    elif _static(ann["kt"]) != (B, d, N):
+    elif _static(ann["kt"]) != lead + (d, N):
         return False
     if any(dtype(ann[n]) != "float32" for n in ("q", "v", "anchor", "k" if "perm" in ann else "kt")):
         return False
@@ -119,7 +126,7 @@ def _check(variant: str, ann: dict) -> bool:
         return False
     if int(ann["sm"].attrs.axis) not in (-1, len(scores) - 1):
         return False
-    if "p3" in ann and _static(ann["p3"]) != (B, M, N):
+    if "p3" in ann and _static(ann["p3"]) != lead + (M, N):
         return False
     if "scale" in ann and constant_scalar(ann["scale"]) is None:
         return False
@@ -148,9 +155,10 @@ def _extract(comp: Composite):
         const = next(comp.outer(a) for a in scaling.args if comp.outer(a) is not None
                      and constant_scalar(comp.outer(a)) is not None)
         scale = constant_scalar(const)
-    (B, M, d), N, dv = static_shape(q), static_shape(v)[1], static_shape(v)[2]
-    args = [q, k, v]
-    shapes = [static_shape(q), static_shape(k), static_shape(v)]
+    lead, (M, d), (N, dv) = static_shape(q)[:-2], static_shape(q)[-2:], static_shape(v)[-2:]
+    B = math.prod(lead)
+    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)]
+    args = [x if len(lead) == 1 else relax.op.reshape(x, shape) for x, shape in zip((q, k, v), shapes)]
     add = next((c for c in calls if c.op.name == "relax.add"), None)
     if add is not None:
         mask = next(comp.outer(a) for a in add.args if comp.outer(a) is not None)  # the other is the scores
@@ -164,11 +172,12 @@ def _extract(comp: Composite):
             args.append(relax.op.reshape(mask, groups))
             shapes.append(groups)
     attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
-    wl = Workload("attention", shapes, [dtype(a) for a in args[:3]] + (["float32"] if len(args) > 3 else []),
+    wl = Workload("attention", shapes, [dtype(x) for x in (q, k, v)] + (["float32"] if len(args) > 3 else []),
                   dtype(q), attrs=attrs)
-    return wl, args, None
+    out_shape = lead + (M, dv)
+    return wl, args, None if len(lead) == 1 else (lambda y: relax.op.reshape(y, out_shape))
 
 
 register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True,
-                       covers="3-D float32 q, k, v of static shapes, a constant scale and a mask shared "
+                       covers="float32 q, k, v of static shapes and equal batch axes, a constant scale and a mask shared "
                               "along trailing batch axes"))
