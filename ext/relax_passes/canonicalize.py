@@ -2,7 +2,7 @@
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), the two clips
 of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
 mean or max over H and W (``global_pool``), a nearest resize to its own
-size dropped (``identity_resize``), GELU's tanh form written out as one op
+size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), common-subexpression elimination, bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
@@ -15,7 +15,7 @@ from .conv1d import Conv1dToConv2d
 from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
 from .global_pool import GlobalPoolToReduce
-from .identity_resize import DropIdentityResize
+from .identity_resize import DropIdentityCast, DropIdentityResize
 from .merge_clips import MergeClips
 from .slice_bounds import ProveSliceBounds
 from .unflatten_linear import UnflattenLinear
@@ -29,6 +29,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         MergeClips(),
         GlobalPoolToReduce(),  # EfficientNet's AvgPool2d(1280, ceil_mode=True) head: a mean
         DropIdentityResize(),  # a nearest resize to its own size: the input
+        DropIdentityCast(),  # a cast to its input's own dtype: the input
         RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
         FoldRemainingConstants(),

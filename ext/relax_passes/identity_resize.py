@@ -1,4 +1,7 @@
 """A nearest resize to the size it already has is the input itself: ``DropIdentityResize``.
+So is a cast to the dtype the input already has (``DropIdentityCast``: ViT's ONNX export casts
+its attention probabilities float32 -> float32 twice, a copy each that also kept the attention
+from fusing).
 
 In the coordinate modes that map each output index to itself when in == out (``half_pixel``,
 ``pytorch_half_pixel``, ``align_corners``, ``asymmetric``), each output pixel of a nearest resize
@@ -37,4 +40,19 @@ class DropIdentityResize:
         return rewrite_call(resize, lambda orig, m: m[resize].args[0] if is_identity(m[resize]) else orig, func)
 
 
-__all__ = ["DropIdentityResize", "is_identity"]
+@relax.transform.function_pass(opt_level=0, name="ext.DropIdentityCast")
+class DropIdentityCast:
+    def transform_function(self, func, mod, ctx):
+        if not isinstance(func, relax.Function):
+            return func
+        cast = is_op("relax.astype")(wildcard())
+
+        def rewrite(orig, m):
+            x = m[cast].args[0]
+            same = isinstance(x.ty, relax.TensorType) and str(x.ty.dtype) == str(m[cast].attrs.dtype)
+            return x if same else orig
+
+        return rewrite_call(cast, rewrite, func)
+
+
+__all__ = ["DropIdentityCast", "DropIdentityResize", "is_identity"]

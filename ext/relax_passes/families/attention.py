@@ -3,7 +3,8 @@
 Matched as importers emit it after ``Canonicalize`` (3-D operands with the heads folded into the
 batch from ``from_torch``; 4-D ``(batch, heads, ...)`` ones from ``from_onnx``, viewed as 3-D):
 the key transpose may be a ``permute_dims`` of the last two axes inside the match (then the
-kernel reads the keys as ``(B, N, d)``) or a tensor already ``(B, d, N)``; the scores may be reshaped to
+kernel reads the keys as ``(B, N, d)``), another ``permute_dims`` (run first, as before) or a
+tensor already ``(B, d, N)``; the scores may be reshaped to
 4-D and back around the scale, mask and softmax; the scale is a one-element constant
 (multiply or divide); the mask an additive tensor whose leading axes are those of the scores
 up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
@@ -99,6 +100,11 @@ def compress_mask(mask: np.ndarray) -> np.ndarray | None:
     return np.ascontiguousarray(mask)
 
 
+def _swaps_last_two(perm) -> bool:
+    axes, rank = perm.attrs.axes, len(perm.ty.shape)
+    return axes is not None and [int(a) for a in axes] == list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
 def _check(variant: str, ann: dict) -> bool:
     shapes = {n: _static(ann[n]) for n in ("q", "qk", "anchor", "v")}
     if any(s is None or len(s) < 3 or len(s) != len(shapes["q"]) for s in shapes.values()):
@@ -112,12 +118,7 @@ def _check(variant: str, ann: dict) -> bool:
         return False
     if not MIN_KEYS <= N <= MAX_KEYS or dv % VALUE_ALIGN:
         return False
-    if "perm" in ann:
-        axes = ann["perm"].attrs.axes
-        swap = list(range(rank - 2)) + [rank - 1, rank - 2]
-        if _static(ann["k"]) != lead + (N, d) or axes is None or [int(a) for a in axes] != swap:
-            return False
-    elif _static(ann["kt"]) != lead + (d, N):
+    if _static(ann["perm"] if "perm" in ann else ann["kt"]) != lead + (d, N):
         return False
     if any(dtype(ann[n]) != "float32" for n in ("q", "v", "anchor", "k" if "perm" in ann else "kt")):
         return False
@@ -144,10 +145,12 @@ def _extract(comp: Composite):
     sm = next(c for c in calls if c.op.name == "relax.nn.softmax")
     q, v = comp.outer(qk.args[0]), comp.outer(pv.args[1])
     kt = comp.value(qk.args[1])
-    if isinstance(kt, relax.Call) and kt.op.name == "relax.permute_dims":
-        k, layout = comp.outer(kt.args[0]), "nk"
-    else:
+    if not (isinstance(kt, relax.Call) and kt.op.name == "relax.permute_dims"):
         k, layout = comp.outer(qk.args[1]), "kn"
+    elif _swaps_last_two(kt):
+        k, layout = comp.outer(kt.args[0]), "nk"
+    else:  # another permutation (ONNX: (batch, N, heads, d) -> (batch, heads, d, N)): done first
+        k, layout = relax.op.permute_dims(comp.outer(kt.args[0]), kt.attrs.axes), "kn"
     scale, scale_op = None, "multiply"
     scaling = next((c for c in calls if c.op.name in ("relax.multiply", "relax.divide")), None)
     if scaling is not None:
