@@ -243,3 +243,31 @@ def test_onnx_four_dimensional_attention():
     with torch.no_grad():
         want = model(*inputs).numpy()
     assert_close(run_relax(ex, *[x.numpy() for x in inputs]), want, rtol=1e-5, atol=2e-5, what="ONNX attention")
+
+
+def test_onnx_key_permute_of_split_heads():
+    """BERT's ONNX export splits the heads of k as (batch, N, heads, d) and permutes it to
+    (batch, heads, d, N) in one Transpose: that permute runs first and the rest is fused."""
+    import io
+
+    import onnx
+
+    from ext.frontend import from_onnx
+
+    class SplitHeads(torch.nn.Module):
+        def forward(self, q, k, v):  # k: (batch, N, heads, d)
+            s = torch.matmul(q, k.permute(0, 2, 3, 1)) * 0.25
+            return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    B, H, M, N, d = 2, 3, 9, 70, 16
+    q, _, v = _inputs(B, H, M, N, d, d)
+    k = torch.randn(B, N, H, d)
+    buf = io.BytesIO()
+    torch.onnx.export(SplitHeads(), (q, k, v), buf, opset_version=17, dynamo=False)
+    ex = ext.build(from_onnx(onnx.load_from_string(buf.getvalue())), ext.target.cpu(), cache=False, verbose=False)
+    decisions = ext.last_report().find("attention")
+    assert [d.candidate.name if d.candidate else d.reason for d in decisions] == ["attention.fused"]
+    assert decisions[0].workload.attr("k_layout") == "kn"
+    with torch.no_grad():
+        want = SplitHeads()(q, k, v).numpy()
+    assert_close(run_relax(ex, q.numpy(), k.numpy(), v.numpy()), want, rtol=1e-5, atol=2e-5, what="split heads")

@@ -175,7 +175,7 @@ def _extract(comp: Composite):
             args.append(relax.op.reshape(mask, groups))
             shapes.append(groups)
     attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
-    wl = Workload("attention", shapes, [dtype(x) for x in (q, k, v)] + (["float32"] if len(args) > 3 else []),
+    wl = Workload("attention", shapes, [dtype(q)] * 3 + (["float32"] if len(args) > 3 else []),  # checked equal
                   dtype(q), attrs=attrs)
     out_shape = lead + (M, dv)
     return wl, args, None if len(lead) == 1 else (lambda y: relax.op.reshape(y, out_shape))
