@@ -7,11 +7,11 @@ arithmetic and for the weight transforms of ext's kernels (packing, Winograd
 filter transforms). ``FoldConstants`` computes the same constants in rounds:
 
 1. element-wise arithmetic, re-layouts and casts are evaluated with NumPy
-   (``_NUMPY``: IEEE add/subtract/multiply/divide/sqrt and pure data movement,
+   (``NUMPY``: IEEE add/subtract/multiply/divide/sqrt and pure data movement,
    so the results equal what the generated code computes, bit for bit), and so
    are the index grids an export decomposes gathers into, which stock folding
    leaves to run time: ``arange`` of integral bounds, ``concat``, ``index_tensor``
-   with in-range indices (``_NUMPY_TUPLE``) and ``full``;
+   with in-range indices (``NUMPY_TUPLE``) and ``full``;
 2. every other operation with constant inputs (``call_tir`` to a weight
    transform, or a Relax op after legalization) joins one batch, and the batch is
    compiled as ONE module, for the same generic ``llvm`` target stock uses;
@@ -31,111 +31,9 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_ffi import structural_hash
 
 from ..topi_kernels import host
+from .fold_numpy import CREATION_LIMIT, NUMPY, NUMPY_TUPLE, TUPLE_PARAMS, contiguous, out_shape
 
 _Const = tvm.ir.expr.Constant
-_FLOATS = ("float16", "float32", "float64")
-
-
-def _contiguous(x: np.ndarray) -> np.ndarray:
-    """C-contiguous ``x`` of the same shape (``np.ascontiguousarray`` turns 0-d into 1-d)."""
-    return x if x.flags.c_contiguous else x.copy(order="C")
-
-
-def _reshape(call, x):
-    return x.reshape(_out_shape(call))
-
-
-def _permute(call, x):
-    axes = call.attrs.axes
-    return _contiguous(np.transpose(x, None if axes is None else [int(a) for a in axes]))
-
-
-def _binary(fn):
-    def run(call, a, b):
-        return fn(a, b) if a.dtype == b.dtype and a.dtype.name in _FLOATS else None
-    return run
-
-
-def _unary(fn):
-    def run(call, a):
-        return fn(a) if a.dtype.name in _FLOATS else None
-    return run
-
-
-def _astype(call, x):
-    out = str(call.ty.dtype)
-    return x.astype(out) if x.dtype.name in _FLOATS and out in _FLOATS else None
-
-
-def _ints(expr) -> list[int] | None:
-    """A tuple argument of integers (IntImm or PrimValue) as ints (None when one is symbolic)."""
-    fields = expr.fields if isinstance(expr, relax.Tuple) else []
-    vals = [f if isinstance(f, tvm.tirx.IntImm) else getattr(f, "value", None) for f in fields]
-    return [int(v) for v in vals] if all(isinstance(v, tvm.tirx.IntImm) for v in vals) else None
-
-
-def _strided_slice(call, x):
-    """Python slicing clamps begin/end to the axis like TOPI's strided_slice; the caller checks
-    the result's shape against the call's static one."""
-    parts = [_ints(a) for a in call.args[1:]]
-    if len(parts) < 3 or any(p is None for p in parts):
-        return None
-    axes, begin, end = parts[:3]
-    strides = parts[3] if len(parts) > 3 else [1] * len(axes)
-    index = [slice(None)] * x.ndim
-    for ax, b, e, st in zip(axes, begin, end, strides):
-        index[ax] = slice(b, e, st)
-    return _contiguous(x[tuple(index)])
-
-
-def _full(call, fill):
-    """``full(shape, fill)`` of a one-element fill of the output's dtype. Also a workaround: the
-    stock legalization of ``full`` raises TypeError on an infinite or NaN fill (TOPI tests
-    ``"float" in dtype`` on a DataType), the causal mask ``torch.full((M, N), -inf)``."""
-    out = str(call.ty.dtype)
-    if fill.size != 1 or fill.dtype.name != out:
-        return None
-    return np.full(_out_shape(call), fill.reshape(()), dtype=out)
-
-
-#: ops whose tuple arguments are static parameters (the tensor is their first argument)
-_TUPLE_PARAMS = ("relax.strided_slice",)
-
-#: op -> f(call, *numpy inputs) -> numpy result or None (None: not exact here, leave to TVM)
-_NUMPY = {
-    "relax.add": _binary(np.add), "relax.subtract": _binary(np.subtract),
-    "relax.multiply": _binary(np.multiply), "relax.divide": _binary(np.divide),
-    "relax.sqrt": _unary(np.sqrt), "relax.negative": _unary(np.negative),
-    "relax.reshape": _reshape, "relax.expand_dims": _reshape, "relax.squeeze": _reshape,
-    "relax.flatten": _reshape, "relax.permute_dims": _permute, "relax.astype": _astype,
-    "relax.broadcast_to": lambda call, x: _contiguous(np.broadcast_to(x, _out_shape(call))),
-    "relax.strided_slice": _strided_slice, "relax.full": _full,
-}
-
-
-_CREATION_LIMIT = 1 << 16  # elements of an input-free op's output the folder evaluates
-
-
-def _concat(call, fields):
-    return np.concatenate(fields, axis=int(call.attrs.axis)) if len({f.dtype for f in fields}) == 1 else None
-
-
-def _index_tensor(call, data, indices):
-    """``data[i0, i1, ...]`` with broadcast index tensors, as NumPy's advanced indexing; only
-    when every index is in range (what the op does outside it is not NumPy's wrap-around)."""
-    if not all(i.dtype.kind in "iu" for i in indices) or len(indices) > data.ndim:
-        return None
-    if any(i.size and (i.min() < 0 or i.max() >= data.shape[k]) for k, i in enumerate(indices)):
-        return None
-    return _contiguous(data[tuple(indices)])
-
-
-#: op taking a tuple of tensors -> f(call, *arguments: an array, or a list for the tuple)
-_NUMPY_TUPLE = {"relax.concat": _concat, "relax.index_tensor": _index_tensor}
-
-
-def _out_shape(call) -> tuple:
-    return tuple(int(d) for d in call.ty.shape)
 
 
 def _static_tensor_type(ty) -> bool:
@@ -247,13 +145,13 @@ class _Folder:
             func = self.mod[value.args[0]]
             if inputs is not None and isinstance(func, tvm.tirx.PrimFunc):
                 out = host.run(func, inputs)  # a NumPy twin of a weight transform, when it has one
-                if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
+                if out is not None and out.shape == out_shape(value) and out.dtype.name == str(value.ty.dtype):
                     self.consts[var] = out
                 else:
                     pending.append((var, func, inputs, value.ty))
             return
         tensors = [i for i, a in enumerate(value.args) if isinstance(a.ty, relax.TensorType)]
-        static_tuples = name in _TUPLE_PARAMS
+        static_tuples = name in TUPLE_PARAMS
         if static_tuples:
             tensors = tensors[:1]
         elif any(isinstance(a.ty, relax.TupleType) for a in value.args):
@@ -266,9 +164,9 @@ class _Folder:
         if inputs is None:
             return
         scalar_operand = any(isinstance(a.ty, tvm.ir.PrimType) for a in value.args)  # add(x, prim_value)
-        if name in _NUMPY and not scalar_operand:
-            out = _NUMPY[name](value, *inputs)
-            if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
+        if name in NUMPY and not scalar_operand:
+            out = NUMPY[name](value, *inputs)
+            if out is not None and out.shape == out_shape(value) and out.dtype.name == str(value.ty.dtype):
                 self.consts[var] = out
                 return
         if static_tuples:
@@ -304,9 +202,9 @@ class _Folder:
                 arrays.append(vals[0])
             else:
                 args.append(a)
-        twin = _NUMPY_TUPLE.get(value.op.name)
+        twin = NUMPY_TUPLE.get(value.op.name)
         out = twin(value, *arrays) if twin is not None else None
-        if out is not None and out.shape == _out_shape(value) and out.dtype.name == str(value.ty.dtype):
+        if out is not None and out.shape == out_shape(value) and out.dtype.name == str(value.ty.dtype):
             self.consts[var] = out
             return
         self._legalize(var, relax.Call(value.op, args, value.attrs, value.ty_args), value.ty, pending)
@@ -314,15 +212,15 @@ class _Folder:
     def _visit_creation(self, var, value) -> None:
         """``arange`` of static integral bounds (the index grids of an export's decompositions,
         e.g. a bicubic resize of a position embedding): exact in any dtype up to 2^24 elements.
-        Bigger grids stay run-time work rather than bytes in the binary (``_CREATION_LIMIT``)."""
-        if value.op.name != "relax.arange" or int(np.prod(_out_shape(value))) > _CREATION_LIMIT:
+        Bigger grids stay run-time work rather than bytes in the binary (``CREATION_LIMIT``)."""
+        if value.op.name != "relax.arange" or int(np.prod(out_shape(value))) > CREATION_LIMIT:
             return
         bounds = [getattr(a, "value", None) for a in value.args]
         if len(bounds) != 3 or not all(isinstance(b, (int, float)) and float(b).is_integer() for b in bounds):
             return
         start, end, step = (int(b) for b in bounds)
         out = np.arange(start, end, step).astype(str(value.ty.dtype))
-        if out.shape == _out_shape(value):
+        if out.shape == out_shape(value):
             self.consts[var] = out
 
     def _run_batch(self, pending: list) -> None:
@@ -333,7 +231,7 @@ class _Folder:
                 continue
             rt, symbol = built[key]
             out = tvm.runtime.empty(tuple(int(d) for d in ty.shape), str(ty.dtype), tvm.cpu())
-            rt[symbol](*[tvm.runtime.tensor(_contiguous(i)) for i in inputs], out)
+            rt[symbol](*[tvm.runtime.tensor(contiguous(i)) for i in inputs], out)
             self.consts[var] = out.numpy()
 
 
