@@ -122,6 +122,64 @@ def test_fully_masked_row_is_nan_as_in_pytorch():
     _check(Attention(mask=mask), _inputs(1, 1, M, N, 8, 8))
 
 
+class MaskedFill(torch.nn.Module):
+    """GPT-Neo's form: ``where(causal, scores, finfo.min)`` (no scale), then an additive padding
+    mask given with the call; ``invert``: ``masked_fill(~causal, -inf)``, the scores as ``where``'s
+    third operand; ``runtime``: the condition is an input, not a constant."""
+
+    def __init__(self, M: int, N: int, invert: bool = False, runtime: bool = False):
+        super().__init__()
+        self.causal = torch.tril(torch.ones(M, N, dtype=torch.bool))
+        self.invert, self.runtime = invert, runtime
+
+    def forward(self, q, k, v, pad, *cond):
+        s = q @ k.transpose(-1, -2)
+        causal = cond[0] > 0 if self.runtime else self.causal
+        if self.invert:
+            s = s.masked_fill(~causal, float("-inf"))
+        else:
+            s = torch.where(causal, s, torch.tensor(torch.finfo(torch.float32).min))
+        return torch.softmax(s + pad, dim=-1) @ v
+
+
+@pytest.mark.parametrize("invert,runtime", [(False, False), (True, False), (False, True)])
+def test_masked_fill_then_mask(invert, runtime):
+    """The fill replaces the score, so a NaN key past a query's causal window does not reach
+    that query's row (it does through ``v``'s product only where the row keeps it)."""
+    B, H, M, N, d = 2, 3, 67, 67, 16
+    q, k, v = _inputs(B, H, M, N, d, d)
+    k[0, 1, 40, 3] = float("nan")  # rows 0..39 of batch 0, head 1 never see key 40
+    v[1, 0, 50, 2] = 7.0
+    pad = torch.zeros(B, 1, 1, N)
+    pad[1, ..., :2] = torch.finfo(torch.float32).min
+    extra = (torch.tril(torch.ones(M, N)),) if runtime else ()
+    rep = _check(MaskedFill(M, N, invert, runtime), (q, k, v, pad, *extra))
+    wl = rep.find("attention")[0].workload
+    assert wl.attr("fill") == (float("-inf") if invert else float(torch.finfo(torch.float32).min))
+    assert wl.shapes[3:] == ((B, 1, N), (1, M, N)), wl.shapes
+
+
+def test_position_bias_then_mask():
+    """T5's form: a per-head position bias, then a padding mask; both constants sum into one
+    mask, and a mask given with the call is added to the bias in the graph."""
+    M = N = 66
+    mask = torch.zeros(1, 1, 1, N)
+    mask[..., -3:] = float("-inf")
+
+    class BiasThenMask(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.randn(1, 4, M, N))
+
+        def forward(self, q, k, v, *pad):
+            return torch.softmax(q @ k.transpose(-1, -2) + self.bias + (pad[0] if pad else mask), dim=-1) @ v
+
+    rep = _check(BiasThenMask(), _inputs(1, 4, M, N, 8, 8))
+    assert rep.find("attention")[0].workload.shapes[3:] == ((4, M, N),)
+    rep = _check(BiasThenMask(), (*_inputs(1, 4, M, N, 8, 8), mask))
+    assert rep.find("attention")[0].workload.shapes[3:] == ((4, M, N),)
+
+
 def test_declined_shapes_stay_correct():
     """A mask that varies along the heads but not the batch cannot be grouped: not fused."""
     B, H, M, N, d = 2, 3, 5, 70, 8
@@ -191,12 +249,16 @@ def test_zero_mask_is_dropped_and_a_row_mask_shrinks():
     assert rep.find("attention")[0].workload.shapes[3] == (1, 1, N)
 
 
-@pytest.mark.parametrize("layout,mask", [("nk", (3, 1, 29)), ("kn", None)])
-def test_every_config_matches_numpy(cpu_target, layout, mask):
+@pytest.mark.parametrize("layout,mask,keep", [("nk", (3, 1, 29), None), ("kn", None, None), ("nk", (1, 1, 29), (1, 11, 29)),
+                                              ("kn", None, (3, 1, 29))])
+def test_every_config_matches_numpy(cpu_target, layout, mask, keep):
+    """``keep``: drawn from a normal distribution, so about half the scores are replaced by the fill."""
     B, M, N, d, dv = 3, 11, 29, 24, 20
-    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + ([mask] if mask else [])
-    wl = Workload("attention", shapes, ["float32"] * len(shapes), "float32",
-                  attrs={"k_layout": layout, "scale": 0.2, "scale_op": "multiply", "out_shape": (B, M, dv)})
+    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + [s for s in (mask, keep) if s]
+    attrs = {"k_layout": layout, "scale": 0.2, "scale_op": "multiply", "out_shape": (B, M, dv)}
+    if keep:
+        attrs["fill"] = -3.0
+    wl = Workload("attention", shapes, ["float32"] * len(shapes), "float32", attrs=attrs)
     cand = REGISTRY.get("attention.fused")
     space = cand.space(wl, cpu_target)
     assert len(space) >= 8 and cand.default_config(wl, cpu_target) in space

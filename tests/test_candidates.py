@@ -62,10 +62,12 @@ def _resize(C, H, W, OH, OW, method, mode, rounding=""):
     return Workload("resize2d", [(1, C, H, W)], ["float32"], "float32", attrs=attrs)
 
 
-def _att(B, M, N, d, dv, *, layout="nk", scale=0.125, scale_op="multiply", mask=None):
-    """``mask``: ``(G, Mm, Nn)``, or None."""
-    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + ([mask] if mask else [])
+def _att(B, M, N, d, dv, *, layout="nk", scale=0.125, scale_op="multiply", mask=None, keep=None):
+    """``mask``, ``keep``: ``(G, Mm, Nn)``, or None (``keep``: a masked_fill with -2.0)."""
+    shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)] + [s for s in (mask, keep) if s]
     attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
+    if keep:
+        attrs["fill"] = -2.0
     return Workload("attention", shapes, ["float32"] * len(shapes), "float32", attrs=attrs)
 
 
@@ -96,7 +98,8 @@ STANDARD = {
     "layout_transform": [_lt(2, 7, 5, 3), _lt(1, 16, 9, 4)],
     "attention": [_att(2, 13, 37, 16, 8, mask=(1, 1, 37)), _att(3, 5, 7, 9, 11, layout="kn", scale=None),
                   _att(4, 17, 53, 33, 24, scale=8.0, scale_op="divide", mask=(2, 17, 53)),
-                  _att(1, 1, 67, 64, 64, mask=(1, 1, 1))],
+                  _att(1, 1, 67, 64, 64, mask=(1, 1, 1)), _att(2, 7, 41, 8, 16, scale=None, keep=(1, 7, 41)),
+                  _att(3, 5, 19, 16, 8, layout="kn", mask=(3, 1, 19), keep=(1, 5, 19))],
 }
 
 

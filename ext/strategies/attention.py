@@ -2,7 +2,9 @@
 
 Workload convention (``relax_passes.families.attention``): ``q (B, M, d)``, ``k (B, N, d)``
 (``k_layout="nk"``) or ``(B, d, N)`` (``"kn"``), ``v (B, N, dv)``, optionally an additive
-``mask (G, Mm, Nn)``; attrs ``scale``, ``scale_op``, ``out_shape (B, M, dv)``.
+``mask (G, Mm, Nn)``, then optionally a ``keep (G', Mm', Nn')`` of 1.0 / 0.0 when attr ``fill``
+is set (``where(keep > 0, scores, fill)`` before the mask); attrs ``scale``, ``scale_op``,
+``out_shape (B, M, dv)``.
 
 One kernel per attention (``topi_kernels/attention.py``): each task takes ``mb`` query rows,
 computes their scores panel by panel into its own buffer, the softmax over it, and the
@@ -30,8 +32,8 @@ TILE_REGISTERS = 24
 def _check(wl, target):
     if any(dt != "float32" for dt in wl.dtypes) or wl.out_dtype != "float32":
         return f"float32 only, got {wl.dtypes} -> {wl.out_dtype}"
-    if len(wl.shapes) not in (3, 4) or any(len(s) != 3 for s in wl.shapes):
-        return "expects q, k, v (and a mask) of rank 3"
+    if not 3 <= len(wl.shapes) <= 4 + (wl.attr("fill") is not None) or any(len(s) != 3 for s in wl.shapes):
+        return "expects q, k, v (and a mask, a keep tensor) of rank 3"
     if any(not isinstance(d, int) or d == 0 for s in wl.shapes for d in s):
         return "symbolic or zero-size dimension"
     return None
@@ -67,14 +69,19 @@ def _default(wl, target):
     return AttentionConfig(mb=mb, nb=nb)
 
 
+def operand_names(wl) -> list[str]:
+    """The workload's inputs in call order: ``Q K V [mask] [keep]``."""
+    keep = wl.attr("fill") is not None
+    return ["Q", "K", "V"] + ["mask"] * (len(wl.shapes) - 3 - keep) + ["keep"] * keep
+
+
 def _build(wl, cfg: AttentionConfig, target):
-    names = ("Q", "K", "V", "mask")
-    tensors = [te.placeholder(tuple(i64(d) for d in s), dtype=dt, name=n)
-               for n, s, dt in zip(names, wl.shapes, wl.dtypes)]
-    mask = tensors[3] if len(tensors) > 3 else None
-    out = attention(*tensors[:3], mask, k_layout=wl.attr("k_layout"), scale=wl.attr("scale"),
-                    scale_op=wl.attr("scale_op"), mb=cfg.mb, nb=cfg.nb)
-    sch = create_schedule(tensors + [out])
+    tensors = {n: te.placeholder(tuple(i64(d) for d in s), dtype=dt, name=n)
+               for n, s, dt in zip(operand_names(wl), wl.shapes, wl.dtypes)}
+    out = attention(tensors["Q"], tensors["K"], tensors["V"], tensors.get("mask"), tensors.get("keep"),
+                    k_layout=wl.attr("k_layout"), scale=wl.attr("scale"), scale_op=wl.attr("scale_op"),
+                    fill=wl.attr("fill"), mb=cfg.mb, nb=cfg.nb)
+    sch = create_schedule(list(tensors.values()) + [out])
     schedule_attention(sch, cfg, _lanes(target))
     return finish(sch, "attention.fused")
 

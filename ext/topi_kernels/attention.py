@@ -2,14 +2,15 @@
 
 Shapes: ``Q (B, M, d)``, keys ``K (B, N, d)`` (layout ``"nk"``) or ``(B, d, N)`` (``"kn"``),
 ``V (B, N, dv)``, an additive ``mask (G, Mm, Nn)`` (``Mm`` in {1, M}, ``Nn`` in {1, N}, batch
-``b`` reading mask ``b // (B / G)``: a per-sequence mask shared by its heads). Output
-``(B, M, dv)``.
+``b`` reading mask ``b // (B / G)``: a per-sequence mask shared by its heads) and a ``keep``
+tensor of the same form (``where(keep > 0, scores, fill)`` before the mask: a causal
+``masked_fill``, which drops even a NaN score where it masks). Output ``(B, M, dv)``.
 
 Blocks (a schedule keeps everything but ``Kp`` inside one block of query rows)::
 
     Kp[b, p, k, l] = K(b, p*nb + l, k), 0 past N     # key panels, contiguous along the keys
     C[b, i, j]  = sum_k Q[b, i, k] * Kp(b, j, k)       # scores: a register tile per panel
-    S[b, i, j]  = C * scale + mask                     # (divide when the graph divides)
+    S[b, i, j]  = where(keep > 0, C * scale, fill) + mask   # (divide when the graph divides)
     max[b, i]   = max_{j < N} S                        # padded keys read -inf
     exp[b, i, j] = exp(S - max)                        # every argument <= 0 (or NaN)
     sum[b, i]   = sum_{j < N} exp
@@ -37,8 +38,9 @@ def _clamp(idx, limit: int, padded: int):
     return idx if padded == limit else te.min(idx, _i64(limit - 1))
 
 
-def attention(Q: te.Tensor, K: te.Tensor, V: te.Tensor, mask: te.Tensor | None = None, *, k_layout: str,
-              scale: float | None, scale_op: str = "multiply", mb: int, nb: int) -> te.Tensor:
+def attention(Q: te.Tensor, K: te.Tensor, V: te.Tensor, mask: te.Tensor | None = None, keep: te.Tensor | None = None,
+              *, k_layout: str, scale: float | None, scale_op: str = "multiply", fill: float | None = None, mb: int,
+              nb: int) -> te.Tensor:
     """The output block ``out`` (see module doc); rows padded to ``mb``, keys to ``nb`` (the
     scores and the row reductions: whole panels and vectors)."""
     B, M, d = (int(s) for s in Q.shape)
@@ -63,12 +65,17 @@ def attention(Q: te.Tensor, K: te.Tensor, V: te.Tensor, mask: te.Tensor | None =
         c = tirx.const(scale, dt)
         return x / c if scale_op == "divide" else x * c
 
-    def mask_at(b, i, j):
-        G, Mm, Nn = (int(s) for s in mask.shape)
-        return mask[b // _i64(B // G), _clamp(i, M, Mp) if Mm > 1 else _i64(0), _clamp(j, N, Np) if Nn > 1 else _i64(0)]
+    def at(t, b, i, j):  # a (G, Mm, Nn) operand broadcast over the scores
+        G, Mm, Nn = (int(s) for s in t.shape)
+        return t[b // _i64(B // G), _clamp(i, M, Mp) if Mm > 1 else _i64(0), _clamp(j, N, Np) if Nn > 1 else _i64(0)]
 
-    S = te.compute((_i64(B), _i64(Mp), _i64(Np)), lambda b, i, j: scaled(C[b, i, j]) if mask is None
-                   else scaled(C[b, i, j]) + mask_at(b, i, j), name="S")
+    def score(b, i, j):
+        val = scaled(C[b, i, j])
+        if keep is not None:
+            val = tirx.Select(at(keep, b, i, j) > tirx.const(0, dt), val, tirx.const(fill, dt))
+        return val if mask is None else val + at(mask, b, i, j)
+
+    S = te.compute((_i64(B), _i64(Mp), _i64(Np)), score, name="S")
     j1 = te.reduce_axis((_i64(0), _i64(Np)), name="j1")
     lowest = tirx.min_value(dt)
     mx = te.compute((_i64(B), _i64(Mp)), lambda b, i: te.max(

@@ -249,16 +249,23 @@ def layout_transform(wl: Workload, xs):
 
 
 def attention(wl: Workload, xs):
-    """``softmax(q k^T * scale + mask) v`` in float64 (``relax_passes.families.attention``)."""
+    """``softmax(where(keep > 0, q k^T * scale, fill) + mask) v`` in float64
+    (``relax_passes.families.attention``)."""
     q, k, v = (x.astype("float64") for x in xs[:3])
     kt = k.transpose(0, 2, 1) if wl.attr("k_layout") == "nk" else k
     s = q @ kt
     scale = wl.attr("scale")
     if scale is not None:
         s = s / scale if wl.attr("scale_op") == "divide" else s * scale
-    if len(xs) > 3:
-        mask = xs[3].astype("float64")
-        s = s + np.repeat(mask, q.shape[0] // mask.shape[0], axis=0)
+    def spread(t):  # a (G, Mm, Nn) operand over the B batches
+        return np.repeat(t.astype("float64"), q.shape[0] // t.shape[0], axis=0)
+
+    fill = wl.attr("fill")
+    extra = list(xs[3:])
+    if fill is not None:
+        s = np.where(spread(extra.pop()) > 0, s, fill)
+    if extra:
+        s = s + spread(extra[0])
     e = np.exp(s - s.max(-1, keepdims=True))
     return (e / e.sum(-1, keepdims=True)) @ v
 

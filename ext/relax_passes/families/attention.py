@@ -6,14 +6,18 @@ the key transpose may be a ``permute_dims`` of the last two axes inside the matc
 kernel reads the keys as ``(B, N, d)``), another ``permute_dims`` (run first, as before) or a
 tensor already ``(B, d, N)``; the scores may be reshaped to
 4-D and back around the scale, mask and softmax; the scale is a one-element constant
-(multiply or divide); the mask an additive tensor whose leading axes are those of the scores
-up to some axis and 1 after it (``(1, 1, 1, N)`` padding masks, ``(batch, 1, 1, N)`` per
-sequence, ``(1, H, M, N)`` relative-position biases, ``(1, 1, M, N)`` causal masks).
+(multiply or divide); then optionally a ``where(cond, scores, fill)`` (or ``where(cond, fill,
+scores)``, a ``masked_fill``: GPT-Neo's causal mask) with a constant fill, and up to two additive
+masks (T5: a position bias, then the padding mask; summed into one before the kernel). Each mask
+and condition's leading axes are those of the scores up to some axis and 1 after it (``(1, 1,
+1, N)`` padding masks, ``(batch, 1, 1, N)`` per sequence, ``(1, H, M, N)`` relative-position
+biases, ``(1, 1, M, N)`` causal masks).
 
 Fused only for ``MIN_KEYS <= N <= MAX_KEYS`` keys and value widths of whole 8-lane vectors
 (why: at the constants). Workload ``attention``: shapes ``[q (B, M, d), k (B, N, d) or
 (B, d, N), v (B, N, dv)]`` plus
-``mask (G, Mm, Nn)`` when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
+``mask (G, Mm, Nn)`` when there is one, then the condition as a float32 ``keep`` tensor of the
+same form (attr ``fill``) when there is one; attrs ``k_layout`` (``"nk"``/``"kn"``), ``scale``
 (None: no scale op), ``scale_op`` and ``out_shape``. The family only runs on CPU targets (see
 ``FuseEpilogues``): elsewhere the matmuls and the softmax keep their own families.
 """
@@ -44,19 +48,22 @@ VALUE_ALIGN = 8
 
 
 def _attention():
-    q, k, kt, v, mask, c = wildcard(), wildcard(), wildcard(), wildcard(), wildcard(), is_const()
+    q, k, kt, v, c = wildcard(), wildcard(), wildcard(), wildcard(), is_const()
+    mask, mask2, cond, fill = wildcard(), wildcard(), wildcard(), is_const()
     perm = is_op("relax.permute_dims")(k)
     qk = is_op("relax.matmul")(q, perm | kt)
     s4 = is_op("relax.reshape")(qk, wildcard())
     s = s4 | qk
     scaled = is_op("relax.multiply")(s, c) | is_op("relax.multiply")(c, s) | is_op("relax.divide")(s, c)
     s = scaled | s
+    s = is_op("relax.where")(cond, s, fill) | is_op("relax.where")(cond, fill, s) | s  # masked_fill
     s = is_op("relax.add")(s, mask) | is_op("relax.add")(mask, s) | s
+    s = is_op("relax.add")(s, mask2) | is_op("relax.add")(mask2, s) | s  # T5: position bias, then the mask
     sm = is_op("relax.nn.softmax")(s)
     p3 = is_op("relax.reshape")(sm, wildcard())
     anchor = is_op("relax.matmul")(p3 | sm, v)
     return anchor, {"anchor": anchor, "q": q, "k": k, "kt": kt, "perm": perm, "qk": qk, "s4": s4, "scale": c,
-                    "mask": mask, "sm": sm, "p3": p3, "v": v}
+                    "mask": mask, "mask2": mask2, "cond": cond, "fill": fill, "sm": sm, "p3": p3, "v": v}
 
 
 def _static(expr) -> tuple | None:
@@ -86,18 +93,51 @@ def mask_groups(mask_shape, lead: tuple, M: int, N: int) -> tuple | None:
     return math.prod(lead[:g]), Mm, Nn
 
 
-def compress_mask(mask: np.ndarray) -> np.ndarray | None:
+def compress_mask(mask: np.ndarray, neutral: float = 0.0) -> np.ndarray | None:
     """A constant ``(G, Mm, Nn)`` mask with the axes along which it does not vary cut to one
     (a padding mask built per query row, a bias equal for every head); None when it is all
-    zeros: adding it changes nothing softmax can see (only ``-0.0`` to ``+0.0``). DINOv2 adds
-    a zero ``(730, 730)`` mask at 384x384, which the kernel otherwise read for every head."""
-    if not mask.any():
+    ``neutral`` (0 for an additive mask: adding it changes nothing softmax can see, only ``-0.0``
+    to ``+0.0``; 1 for a keep mask). DINOv2 adds a zero ``(730, 730)`` mask at 384x384, which
+    the kernel otherwise read for every head."""
+    if (mask == neutral).all():
         return None
     for axis in range(3):
         first = np.take(mask, [0], axis=axis)
         if mask.shape[axis] > 1 and np.array_equal(mask, np.broadcast_to(first, mask.shape), equal_nan=True):
             mask = first
     return np.ascontiguousarray(mask)
+
+
+def _constant(expr) -> np.ndarray | None:
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) and hasattr(expr.value, "numpy") else None
+
+
+def _mask_operand(masks: list, lead: tuple, M: int, N: int):
+    """The additive mask as ``(expr, (G, Mm, Nn))``: two masks (T5's position bias, then the
+    padding mask) are summed first, which rounds once where the graph rounds twice; constants
+    sum at compile time and are compressed (None: all zeros)."""
+    groups = mask_groups(np.broadcast_shapes(*(static_shape(m) for m in masks)), lead, M, N)
+    values = [_constant(m) for m in masks]
+    if all(v is not None for v in values):
+        total = values[0] if len(values) == 1 else values[0].astype("float32") + values[1].astype("float32")
+        mask = compress_mask(total.reshape(groups))
+        return None if mask is None else (relax.const(mask), mask.shape)
+    total = masks[0] if len(masks) == 1 else relax.op.add(masks[0], masks[1])
+    return relax.op.reshape(total, groups), groups
+
+
+def _keep_operand(cond, keep_where_true: bool, lead: tuple, M: int, N: int):
+    """``where``'s condition as a float32 keep mask ``(expr, (G, Mm, Nn))``, 1.0 keeping the
+    score (negated when the scores are ``where``'s third operand); a constant one compressed
+    (None: it keeps every score)."""
+    groups = mask_groups(static_shape(cond), lead, M, N)
+    value = _constant(cond)
+    if value is not None:
+        keep = value.astype(bool)
+        keep = compress_mask((keep if keep_where_true else ~keep).astype("float32").reshape(groups), neutral=1.0)
+        return None if keep is None else (relax.const(keep), keep.shape)
+    flag = cond if keep_where_true else relax.op.logical_not(cond)
+    return relax.op.reshape(relax.op.astype(flag, "float32"), groups), groups
 
 
 def _swaps_last_two(perm) -> bool:
@@ -131,9 +171,21 @@ def _check(variant: str, ann: dict) -> bool:
         return False
     if "scale" in ann and constant_scalar(ann["scale"]) is None:
         return False
-    if "mask" in ann:
-        ms = _static(ann["mask"])
-        if ms is None or dtype(ann["mask"]) != "float32" or mask_groups(ms, scores[:-2], M, N) is None:
+    masks = [_static(ann[n]) for n in ("mask", "mask2") if n in ann]
+    if masks:
+        if any(m is None for m in masks) or any(dtype(ann[n]) != "float32" for n in ("mask", "mask2") if n in ann):
+            return False
+        try:
+            both = np.broadcast_shapes(*masks)
+        except ValueError:
+            return False
+        if mask_groups(both, scores[:-2], M, N) is None:
+            return False
+    if "cond" in ann:
+        cs = _static(ann["cond"])
+        if cs is None or dtype(ann["cond"]) != "bool" or mask_groups(cs, scores[:-2], M, N) is None:
+            return False
+        if constant_scalar(ann["fill"]) is None or dtype(ann["fill"]) != "float32":
             return False
     return True
 
@@ -162,25 +214,28 @@ def _extract(comp: Composite):
     B = math.prod(lead)
     shapes = [(B, M, d), (B, N, d) if layout == "nk" else (B, d, N), (B, N, dv)]
     args = [x if len(lead) == 1 else relax.op.reshape(x, shape) for x, shape in zip((q, k, v), shapes)]
-    add = next((c for c in calls if c.op.name == "relax.add"), None)
-    if add is not None:
-        mask = next(comp.outer(a) for a in add.args if comp.outer(a) is not None)  # the other is the scores
-        groups = mask_groups(static_shape(mask), static_shape(sm.args[0])[:-2], M, N)
-        if isinstance(mask, tvm.ir.expr.Constant) and hasattr(mask.value, "numpy"):
-            mask = compress_mask(mask.value.numpy().reshape(groups))
-            if mask is not None:
-                args.append(relax.const(mask))
-                shapes.append(mask.shape)
-        else:
-            args.append(relax.op.reshape(mask, groups))
-            shapes.append(groups)
+    lead4 = static_shape(sm.args[0])[:-2]
+    adds = [c for c in calls if c.op.name == "relax.add"]  # each: the scores and one mask
+    mask = _mask_operand([next(comp.outer(a) for a in add.args if comp.outer(a) is not None) for add in adds],
+                         lead4, M, N) if adds else None
+    keep = fill = None
+    where = next((c for c in calls if c.op.name == "relax.where"), None)
+    if where is not None:
+        on_true = comp.outer(where.args[1]) is None  # where(cond, scores, fill)
+        keep = _keep_operand(comp.outer(where.args[0]), on_true, lead4, M, N)
+        fill = None if keep is None else constant_scalar(comp.outer(where.args[2 if on_true else 1]))
+    for expr, shape in (t for t in (mask, keep) if t is not None):
+        args.append(expr)
+        shapes.append(tuple(int(d) for d in shape))
     attrs = {"k_layout": layout, "scale": scale, "scale_op": scale_op, "out_shape": (B, M, dv)}
-    wl = Workload("attention", shapes, [dtype(q)] * 3 + (["float32"] if len(args) > 3 else []),  # checked equal
+    if fill is not None:
+        attrs["fill"] = fill
+    wl = Workload("attention", shapes, [dtype(q)] * 3 + ["float32"] * (len(args) - 3),  # checked equal
                   dtype(q), attrs=attrs)
     out_shape = lead + (M, dv)
     return wl, args, None if len(lead) == 1 else (lambda y: relax.op.reshape(y, out_shape))
 
 
 register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True,
-                       covers="float32 q, k, v of static shapes and equal batch axes, a constant scale and a mask shared "
-                              "along trailing batch axes"))
+                       covers="float32 q, k, v of static shapes and equal batch axes, a constant scale, a masked_fill "
+                              "and up to two masks shared along trailing batch axes"))
