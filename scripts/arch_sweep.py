@@ -11,6 +11,7 @@ a crash is one row.
     python scripts/arch_sweep.py --models falcon detr     # some
     python scripts/arch_sweep.py --symbolic               # text models, symbolic sequence length
     python scripts/arch_sweep.py --onnx dynamo            # through an ONNX file and ext.frontend.from_onnx
+    python scripts/arch_sweep.py --tokens 96              # text models at 96 tokens (fused attention: >= 64 keys)
 
 A row is ``ok`` when ``max |ext - torch| / max |torch|`` < 1e-4 and NaNs sit where PyTorch's
 are; ``WRONG`` otherwise; ``FAIL[stage]`` names the stage (import, build, run) and the error;
@@ -121,12 +122,12 @@ def architectures(t) -> dict:
     }
 
 
-def _inputs(kind: str):
-    """The example inputs of an input kind (token ids: 13 tokens, 16 for ``ids16``)."""
+def _inputs(kind: str, tokens: int | None = None):
+    """The example inputs of an input kind (token ids: ``tokens``, else 13 tokens, 16 for ``ids16``)."""
     import torch
 
     if kind.startswith("ids"):
-        return _text_ids(kind, 16 if kind == "ids16" else 13, seed=0)
+        return _text_ids(kind, tokens or (16 if kind == "ids16" else 13), seed=0)
     shapes = {"image": (1, 3, 64, 64), "image56": (1, 3, 56, 56), "audio": (1, 4000), "spectrogram": (1, 64, 32),
               "waveform": (1, 1, 800), "video": (1, 4, 3, 32, 32)}
     return (torch.randn(*shapes[kind], generator=torch.Generator().manual_seed(0)),)
@@ -182,12 +183,12 @@ def _onnxruntime_outputs(data: bytes, checks) -> list:
     return [sess.run(None, {"x": xs[0].numpy()})[0] for xs in checks]
 
 
-def run_one(name: str, symbolic: bool = False, exporter: str | None = None) -> str:
+def run_one(name: str, symbolic: bool = False, exporter: str | None = None, tokens: int | None = None) -> str:
     """One row: import, build, run, compare (in this process). ``symbolic``: a text model's
     sequence length is a symbol (2..64), checked at the example length and at 5 and 29;
     ``exporter``: imported with ``from_onnx`` from that ONNX exporter's file instead of
     ``from_torch``. Where the file itself computes unlike PyTorch, onnxruntime on the same file
-    is the reference (the row says so)."""
+    is the reference (the row says so). ``tokens``: a text model's example length."""
     os.environ.setdefault("EXT_CACHE", "0")
     import ext  # first: sets TVM_NUM_THREADS
     import onnx
@@ -202,11 +203,20 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None) -> s
     if symbolic and not kind.startswith("ids"):
         return "skipped (no sequence axis)"
     torch.manual_seed(0)
+    if tokens and not kind.startswith("ids"):
+        return "skipped (no sequence axis)"
     cfg = cfg_cls(**kw)
+    for field in ("max_position_embeddings", "n_positions", "max_seq_len"):  # room for the longer text
+        try:
+            limit = getattr(cfg, field, None)
+        except NotImplementedError:  # XLNet: no limit to raise
+            continue
+        if tokens and isinstance(limit, int) and limit < tokens:
+            setattr(cfg, field, tokens)
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     model = _Output(model_cls(cfg).eval()).eval()
-    inputs = _inputs(kind)
+    inputs = _inputs(kind, tokens)
     checks = [inputs] + ([_text_ids(kind, n, seed=n) for n in (5, 29)] if symbolic else [])
     dynamic = ({1: torch.export.Dim("seq", min=2, max=64)},) if symbolic else None
     stage = "import"
@@ -278,10 +288,13 @@ def main(argv=None) -> int:
                    help="text models with a symbolic sequence length (2..64), checked at 3 lengths")
     p.add_argument("--onnx", choices=("torchscript", "dynamo"),
                    help="export to ONNX with this exporter and import with from_onnx")
+    p.add_argument("--tokens", type=int, metavar="N", help="text models only, at N tokens (default 13)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
     args = p.parse_args(argv)
+    if args.tokens is not None and not 2 <= args.tokens <= 4096:
+        p.error(f"--tokens must be 2..4096, got {args.tokens}")
     if args.one:
-        print(run_one(args.one, args.symbolic, args.onnx), flush=True)
+        print(run_one(args.one, args.symbolic, args.onnx, args.tokens), flush=True)
         return 0
     import transformers
 
@@ -294,7 +307,7 @@ def main(argv=None) -> int:
     for name in names:
         try:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", name] + (["--symbolic"] if args.symbolic else []) \
-                + (["--onnx", args.onnx] if args.onnx else [])
+                + (["--onnx", args.onnx] if args.onnx else []) + (["--tokens", str(args.tokens)] if args.tokens else [])
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
             rows[name] = lines[-1] if lines and res.returncode == 0 else \
