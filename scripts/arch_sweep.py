@@ -200,19 +200,17 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
     from ext.frontend import from_onnx, from_torch
 
     cfg_cls, model_cls, kw, kind = architectures(transformers)[name]
-    if symbolic and not kind.startswith("ids"):
+    if (symbolic or tokens) and not kind.startswith("ids"):
         return "skipped (no sequence axis)"
     torch.manual_seed(0)
-    if tokens and not kind.startswith("ids"):
-        return "skipped (no sequence axis)"
     cfg = cfg_cls(**kw)
     for field in ("max_position_embeddings", "n_positions", "max_seq_len"):  # room for the longer text
-        try:
-            limit = getattr(cfg, field, None)
-        except NotImplementedError:  # XLNet: no limit to raise
-            continue
+        limit = getattr(cfg, field, None)
         if tokens and isinstance(limit, int) and limit < tokens:
-            setattr(cfg, field, tokens)
+            try:
+                setattr(cfg, field, tokens)
+            except NotImplementedError:  # XLNet: no limit to raise
+                pass
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     model = _Output(model_cls(cfg).eval()).eval()
@@ -291,8 +289,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, metavar="N", help="text models only, at N tokens (default 13)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
     args = p.parse_args(argv)
-    if args.tokens is not None and not 2 <= args.tokens <= 4096:
-        p.error(f"--tokens must be 2..4096, got {args.tokens}")
+    if args.tokens is not None and not 2 <= args.tokens <= (64 if args.symbolic else 4096):
+        p.error(f"--tokens must be 2..{64 if args.symbolic else 4096}, got {args.tokens}")
     if args.one:
         print(run_one(args.one, args.symbolic, args.onnx, args.tokens), flush=True)
         return 0

@@ -257,6 +257,7 @@ def attention(wl: Workload, xs):
     scale = wl.attr("scale")
     if scale is not None:
         s = s / scale if wl.attr("scale_op") == "divide" else s * scale
+
     def spread(t):  # a (G, Mm, Nn) operand over the B batches
         return np.repeat(t.astype("float64"), q.shape[0] // t.shape[0], axis=0)
 

@@ -119,8 +119,7 @@ def _mask_operand(masks: list, lead: tuple, M: int, N: int):
     groups = mask_groups(np.broadcast_shapes(*(static_shape(m) for m in masks)), lead, M, N)
     values = [_constant(m) for m in masks]
     if all(v is not None for v in values):
-        total = values[0] if len(values) == 1 else values[0].astype("float32") + values[1].astype("float32")
-        mask = compress_mask(total.reshape(groups))
+        mask = compress_mask(sum(v.astype("float32") for v in values).reshape(groups))
         return None if mask is None else (relax.const(mask), mask.shape)
     total = masks[0] if len(masks) == 1 else relax.op.add(masks[0], masks[1])
     return relax.op.reshape(total, groups), groups
@@ -171,12 +170,12 @@ def _check(variant: str, ann: dict) -> bool:
         return False
     if "scale" in ann and constant_scalar(ann["scale"]) is None:
         return False
-    masks = [_static(ann[n]) for n in ("mask", "mask2") if n in ann]
+    masks = [ann[n] for n in ("mask", "mask2") if n in ann]
     if masks:
-        if any(m is None for m in masks) or any(dtype(ann[n]) != "float32" for n in ("mask", "mask2") if n in ann):
+        if any(_static(m) is None or dtype(m) != "float32" for m in masks):
             return False
         try:
-            both = np.broadcast_shapes(*masks)
+            both = np.broadcast_shapes(*(_static(m) for m in masks))
         except ValueError:
             return False
         if mask_groups(both, scores[:-2], M, N) is None:
