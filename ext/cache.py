@@ -121,6 +121,7 @@ def load(parts: dict):
         if meta.get("lib_sha256") != _sha256(lib):  # dlopen of a truncated library dies with SIGBUS
             raise ValueError("lib.so does not match its checksum")
         ex = VMExecutable(tvm.runtime.load_module(str(lib)))
+        ex.ext_library_path = str(lib)  # a loaded library cannot be packed again: ext.export_library copies it
         report = SelectionReport.from_dict(json.loads((entry / "report.json").read_text()))
     except Exception as err:  # truncated file, unreadable JSON, a library that does not load
         _warn(f"entry {entry} is corrupt ({type(err).__name__}: {str(err)[:120]}): rebuilding")

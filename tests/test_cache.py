@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax
+from tvm.relax.vm_build import VMExecutable
 
 import ext
 from ext import cache
@@ -47,6 +48,21 @@ def test_second_build_is_a_hit_with_the_same_behaviour_and_report(cache_on):
     np.testing.assert_allclose(_run(ex2, X), numpy_reference(X, params), rtol=1e-5, atol=1e-5)
     assert [d.to_json() for d in rep1] == [d.to_json() for d in rep2]
     assert rep2.stages[0][0] == "cache hit" and {s[0] for s in rep1.stages} >= {"graph", "select", "codegen"}
+
+
+def test_a_hit_exports_and_the_export_runs(cache_on, tmp_path):
+    mod, params = dense(7, 11, 13)
+    _build(mod)
+    ex, rep = _build(mod)
+    assert rep.cached
+    path = ext.export_library(ex, tmp_path / "hit.so")  # TVM alone cannot pack a loaded library again
+    got = _run(VMExecutable(tvm.runtime.load_module(str(path))), X)
+    np.testing.assert_allclose(got, numpy_reference(X, params), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="cache hit"):
+        ext.export_library(ex, tmp_path / "opts.so", workspace_dir=str(tmp_path))
+    cache.clear()
+    with pytest.raises(FileNotFoundError, match="evicted or cleared"):
+        ext.export_library(ex, tmp_path / "gone.so")
 
 
 def test_cache_false_and_env_bypass(cache_on, monkeypatch):

@@ -11,6 +11,7 @@ front: it refuses, naming each such candidate, unless ``allow_python=True``.
 from __future__ import annotations
 
 import os
+import shutil
 
 
 class NeedsPythonError(RuntimeError):
@@ -36,6 +37,8 @@ def export_library(executable, path: str | os.PathLike, *, report=None, allow_py
     Raises
     ------
     NeedsPythonError : naming each candidate (and its packed function) that needs Python.
+    ValueError, FileNotFoundError : for a build cache hit (whose library is copied from its cache
+        entry) given export options, or whose entry was evicted since.
     """
     report = report if report is not None else getattr(executable, "ext_report", None)
     if report is None:
@@ -48,5 +51,16 @@ def export_library(executable, path: str | os.PathLike, *, report=None, allow_py
             f"from Python (ext.lib.*), so the executable runs only in a process that has imported ext. "
             f"Rebuild with ext.build(..., libraries=False), or pass allow_python=True and `import ext` "
             f"before loading it.")
-    executable.export_library(str(path), **kwargs)
+    cached = getattr(executable, "ext_library_path", None)
+    if cached is None:
+        executable.export_library(str(path), **kwargs)
+        return path
+    # a build cache hit: TVM cannot pack a library it loaded again, so the cached file is the export
+    if kwargs:
+        raise ValueError(f"export options {sorted(kwargs)} need a fresh build: this executable is a build cache "
+                         f"hit (ext.build(..., cache=False) compiles it again)")
+    if not os.path.isfile(cached):
+        raise FileNotFoundError(f"the build cache entry {cached} of this executable was evicted or cleared: "
+                                f"build again (ext.build(..., cache=False)) to export it")
+    shutil.copyfile(cached, path)
     return path
