@@ -20,7 +20,10 @@ Stages (a flat, named sequence)::
     FallbackSchedule   ext's CPU fallback / dlight on CUDA for unscheduled kernels
     stock lowering     dataflow lowering and VM finalization
 
-``relax.build(mod, target, relax_pipeline="ext")`` works after ``import ext``.
+Then ``tvm.compile`` lowers the kernels with the target kind's TIR pipeline (CPU: ``"ext_cpu"``,
+``ext.tir_lowering``: small buffers on the stack, not the workspace pool).
+
+``relax.build(mod, target, relax_pipeline="ext", tir_pipeline="ext_cpu")`` works after ``import ext``.
 """
 from __future__ import annotations
 
@@ -173,7 +176,8 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     ctx = tvm.transform.PassContext.current()
     with tvm.transform.PassContext(opt_level=ctx.opt_level, config=dict(ctx.config),
                                    instruments=list(ctx.instruments) + [progress]):
-        ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries))
+        ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries),
+                         tir_pipeline=target_kind(tgt).tir_pipeline)
         progress.add("codegen", time.perf_counter() - start - sum(s[1] for s in progress.stages), 0)
     rep.stages = progress.stages
     if parts is not None and not any(d.candidate is not None and d.candidate.needs_python for d in rep):

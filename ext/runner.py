@@ -21,7 +21,7 @@ import tvm
 from tvm.target import Target
 
 from .strategies.registry import Candidate, PackedCall
-from .target import get_target_kind, target_kind
+from .target import compile_tir, get_target_kind, target_kind
 from .tir_schedules.common import param_shape
 from .workload import Workload
 
@@ -40,9 +40,9 @@ class CompiledCandidate:
         if isinstance(built, PackedCall):  # a vendor library: its packed function + our epilogue
             self.kernel = _LibraryKernel(built, target)
         else:
-            self.kernel = tvm.compile(built.with_attr("global_symbol", "kernel"), target=target)
+            self.kernel = compile_tir(built.with_attr("global_symbol", "kernel"), target)
         funcs = cand.input_transforms(wl, config, target)
-        self.transforms = {i: tvm.compile(f.with_attr("global_symbol", "transform"), target=target)
+        self.transforms = {i: compile_tir(f.with_attr("global_symbol", "transform"), target)
                            for i, f in funcs.items()}
         self.transform_shapes = {i: param_shape(f, -1) for i, f in funcs.items()}
         self.dev = target_kind(target).device(0)
@@ -91,7 +91,7 @@ class _LibraryKernel:
             mod = tvm.IRModule({"epilogue": call.epilogue.with_attr("global_symbol", "epilogue")})
             with target:
                 mod = FallbackSchedule(target)(mod)
-            self.epilogue = tvm.compile(mod, target=target)["epilogue"]
+            self.epilogue = compile_tir(mod, target)["epilogue"]
         self.scratch = None
 
     def __getitem__(self, name):

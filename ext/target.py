@@ -19,6 +19,7 @@ import tvm
 from tvm.target import Target
 
 # the host CPU's description lives in its own module; these names stay importable from here
+from . import tir_lowering
 from .host_cpu import CPUInfo, configure_threads, cpu_info, usable_cores  # noqa: F401
 
 def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
@@ -195,6 +196,7 @@ class TargetKind:
         are asked first, so a row matching a subset (a key, an attribute) overrides its base.
     cpu : its kernels run on the host CPU (CPU layout policy, polynomial math, in-place calls).
     uses : other kinds whose candidates also serve this one.
+    tir_pipeline : the named TIR pipeline its kernels compile with (``ext.tir_lowering``).
     """
 
     name: str
@@ -212,6 +214,7 @@ class TargetKind:
     cpu: bool = False
     provenance_fields: tuple = ()
     uses: tuple = ()
+    tir_pipeline: str = "default"
 
     def matches(self, target: Target) -> bool:
         if target.kind.name != self.tvm_kind:
@@ -276,6 +279,12 @@ def target_kind(target: Target) -> TargetKind:
     raise ValueError(f"target kind {target.kind.name!r} is not supported by ext (known: {known_kinds()})")
 
 
+def compile_tir(mod, target: Target):
+    """``tvm.compile`` of PrimFuncs for ``target`` with its kind's TIR pipeline (the tuner's
+    measurements compile kernels as the model's build does)."""
+    return tvm.compile(mod, target=target, tir_pipeline=target_kind(target).tir_pipeline)
+
+
 def _base_row(tvm_kind: str) -> TargetKind | None:
     """The first row registered for a TVM kind (it checks dicts of that kind)."""
     return next((r for r in _KINDS.values() if r.tvm_kind == tvm_kind and r.match is None), None)
@@ -309,7 +318,7 @@ LLVM = register_target_kind(TargetKind(
     "llvm", "llvm", device=_cpu_device, backend="tvm.relax.backend.cpu_generic.pipeline",
     fallback_schedule="ext.tir_schedules.cpu.fallback:fallback_pass", provenance=llvm_provenance,
     cost_features=llvm_cost_features, describe=llvm_describe, default=lambda: cpu(), check=_check_llvm,
-    prepare=_prepare_llvm, cpu=True, provenance_fields=("mcpu", "isa", "cores")))
+    prepare=_prepare_llvm, cpu=True, provenance_fields=("mcpu", "isa", "cores"), tir_pipeline=tir_lowering.TIR_PIPELINE))
 
 CUDA = register_target_kind(TargetKind(
     "cuda", "cuda", device=_cuda_device, backend="tvm.relax.backend.cuda.pipeline",

@@ -250,9 +250,11 @@ class ModelTimer:
             from tvm import relax
 
             from ..pipeline import pipeline
+            from ..target import target_kind
 
             pinned = _Pinned({k: self.tuned[k] for k in keys})
-            ex = relax.build(self.mod, self.target, relax_pipeline=pipeline(self.target, history=pinned))
+            ex = relax.build(self.mod, self.target, relax_pipeline=pipeline(self.target, history=pinned),
+                             tir_pipeline=target_kind(self.target).tir_pipeline)
             old = [k for k in self._vms if k]  # keep the untuned build and the last few: weights are big
             for k in old[: max(0, len(old) - self.KEEP + 1)]:
                 del self._vms[k]

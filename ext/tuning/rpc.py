@@ -114,6 +114,7 @@ def build_library(task: dict, path: str) -> dict:
     """
     import tvm
 
+    from ..target import compile_tir
     from ..tir_schedules.common import param_shape
 
     wl, target, cand, config = _resolve(task)
@@ -122,7 +123,7 @@ def build_library(task: dict, path: str) -> dict:
     for i, f in cand.input_transforms(wl, config, target).items():
         funcs[f"transform{i}"] = f.with_attr("global_symbol", f"transform{i}")
         shapes[i] = param_shape(f, -1)
-    tvm.compile(tvm.IRModule(funcs), target=target).export_library(path)
+    compile_tir(tvm.IRModule(funcs), target).export_library(path)
     return shapes
 
 
