@@ -67,7 +67,7 @@ def test_limit_and_budget(monkeypatch, setting):
 
 
 def test_a_buffer_inside_a_long_loop_is_allocated_once():
-    """48 KB inside a 2000-iteration serial loop: an alloca per iteration would need 96 MB of
+    """4 KB inside a 3000-iteration serial loop: an alloca per iteration would need 12 MB of
     stack (8 MB is the limit) and crash; the backend hoists it into the entry frame (run in a
     child process)."""
     code = textwrap.dedent("""
@@ -75,7 +75,7 @@ def test_a_buffer_inside_a_long_loop_is_allocated_once():
         from tvm import s_tir, te
         import ext
         from ext.target import compile_tir
-        n, w = 2000, 12 * 1024
+        n, w = 3000, 1000
         A = te.placeholder((w,), name="A")
         B = te.compute((n, w), lambda i, j: A[j] + 1.0, name="B")
         C = te.compute((n,), lambda i: B[i, 0] + B[i, w - 1], name="C")
