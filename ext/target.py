@@ -18,8 +18,8 @@ from typing import Any, Callable
 import tvm
 from tvm.target import Target
 
-# the host CPU's description lives in its own module; these names stay importable from here
 from . import tir_lowering
+# the host CPU's description lives in its own module; these names stay importable from here
 from .host_cpu import CPUInfo, configure_threads, cpu_info, usable_cores  # noqa: F401
 
 def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
