@@ -93,3 +93,27 @@ def test_a_buffer_inside_a_long_loop_is_allocated_once():
     """)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+def test_ext_build_lowers_with_it():
+    """``ext.build`` compiles with the llvm row's pipeline: a 1x1 conv's accumulator tiles leave the pool."""
+    torch = pytest.importorskip("torch")
+    from tvm import relax
+
+    from ext.frontend import from_torch
+    from ext.pipeline import pipeline
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 96, 1), torch.nn.ReLU6()).eval()
+    x = torch.randn(1, 16, 28, 28)
+    mod = from_torch(model, (x,))
+    tgt = ext.target.cpu()
+    ex = ext.build(mod, tgt, cache=False, verbose=False)
+    stock = relax.build(mod, tgt, relax_pipeline=pipeline(tgt), tir_pipeline="default")
+
+    def pooled(executable):
+        return any("TVMBackendAllocWorkspace" in m.inspect_source("ll") for m in executable.mod.imports)
+
+    assert pooled(stock) and not pooled(ex)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = got.numpy() if hasattr(got, "numpy") else got[0].numpy()
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
