@@ -53,7 +53,8 @@ class _Marker:
 
     def alloc(self, st):
         size = _nbytes(st.buffer)
-        if size is None or size > min(self.limit, self.left) or KEEP in st.annotations:
+        # a zero-size buffer (an empty slice) stays with TVM: its backend allocates no stack for it
+        if not size or size > min(self.limit, self.left) or KEEP in st.annotations:
             return st
         self.left -= size
         self.marked += 1

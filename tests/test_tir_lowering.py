@@ -117,3 +117,17 @@ def test_ext_build_lowers_with_it():
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     got = got.numpy() if hasattr(got, "numpy") else got[0].numpy()
     np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_zero_size_buffer_is_left_to_tvm():
+    """An empty intermediate (Phi-3 slices a zero-width tensor and concatenates it) builds: TVM's
+    backend rejects a zero-size stack allocation, so such a buffer is not marked."""
+    X = te.placeholder((4, 3), name="X")
+    E = te.placeholder((4, 0), name="E")
+    B = te.compute((4, 0), lambda i, j: E[i, j] + 1.0, name="B")
+    C = te.compute((4, 3), lambda i, j: tvm.tirx.if_then_else(j < 3, X[i, j], B[i, j - 3]), name="C")
+    lib = compile_tir(te.create_prim_func([X, E, C]), ext.target.cpu())
+    x = np.arange(12, dtype="float32").reshape(4, 3)
+    out = tvm.runtime.tensor(np.zeros((4, 3), "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.zeros((4, 0), "float32")), out)
+    np.testing.assert_array_equal(out.numpy(), x)
