@@ -49,15 +49,14 @@ def _nbytes(buf) -> int | None:
 
 class _Marker:
     def __init__(self, limit: int, budget: int):
-        self.limit, self.left, self.marked = limit, budget, 0
+        self.limit, self.left = limit, budget
 
     def alloc(self, st):
         size = _nbytes(st.buffer)
-        # a zero-size buffer (an empty slice) stays with TVM: its backend allocates no stack for it
+        # a zero-size buffer (an empty slice) stays with TVM: its backend refuses a zero-size alloca
         if not size or size > min(self.limit, self.left) or KEEP in st.annotations:
             return st
         self.left -= size
-        self.marked += 1
         return S.AllocBuffer(st.buffer, {**st.annotations, KEEP: tvm.tirx.IntImm("bool", 1)}, st.span)
 
     def visit(self, st):

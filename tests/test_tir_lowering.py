@@ -16,7 +16,7 @@ from ext import tir_lowering
 from ext.target import compile_tir
 
 
-def _row_sums(rows: int, cols: int, parallel: bool = True):
+def _row_sums(rows: int, cols: int):
     """``out[i] = 2 * sum_k A[i, k]`` with the row sums in a task-local buffer of ``rows / 4`` floats."""
     A = te.placeholder((rows, cols), name="A")
     k = te.reduce_axis((0, cols), name="k")
@@ -25,8 +25,7 @@ def _row_sums(rows: int, cols: int, parallel: bool = True):
     sch = s_tir.Schedule(te.create_prim_func([A, C]))
     (i,) = sch.get_loops(sch.get_sblock("C"))
     io, _ = sch.split(i, [4, None])
-    if parallel:
-        sch.parallel(io)
+    sch.parallel(io)
     sch.compute_at(sch.get_sblock("B"), io)
     sch.set_scope(sch.get_sblock("B"), 0, "local")
     return sch.mod["main"]
