@@ -11,7 +11,7 @@ from tvm import relax, te
 
 import ext
 import ext.pipeline  # noqa: F401 - the module (``ext.pipeline`` the attribute is the function)
-from ext.relax_passes.inplace import inplace_kernel
+from ext.relax_passes.inplace import _is_reshape, inplace_kernel
 from ext.testing import assert_close, run_relax
 
 ext_pipeline = sys.modules["ext.pipeline"]
@@ -171,3 +171,26 @@ def test_row_kernel_runs_in_place_over_a_dying_view(cpu_target, monkeypatch):
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     assert_close(run_relax(ext.build(mod, cpu_target), *xs), e / e.sum(axis=-1, keepdims=True) + 1.0,
                  rtol=1e-5, atol=1e-6)
+
+
+def leading_row(bb, x, _y):
+    """softmax, then its first row through reshape -> split -> reshape (one fused copy kernel)."""
+    a = bb.emit(relax.op.nn.softmax(x))
+    r = bb.emit(relax.op.reshape(a, (1, *SHAPE)))
+    first = bb.emit(relax.TupleGetItem(relax.op.split(r, [1], axis=1), 0))
+    return bb.emit(relax.op.nn.softmax(relax.op.reshape(first, (1, SHAPE[1]))))
+
+
+def test_leading_slice_is_not_taken_for_a_reshape(cpu_target):
+    """Found on CvT's class token: a kernel copying the first row has a reshape's index pattern
+    (stock ``has_reshape_pattern`` says yes) but fewer elements; made a view, the build failed."""
+    A = te.placeholder((4, 5), name="A")
+    row = te.create_prim_func([A, te.compute((5,), lambda i: A[0, i], name="B")])
+    flat = te.create_prim_func([A, te.compute((20,), lambda i: A[i // 5, i % 5], name="B")])
+    assert relax.analysis.has_reshape_pattern(row)  # the stock check this pass must not trust alone
+    assert not _is_reshape(row) and _is_reshape(flat)
+    xs = _inputs()
+    e = np.exp(xs[0] - xs[0].max(axis=1, keepdims=True))
+    first = (e / e.sum(axis=1, keepdims=True))[:1]
+    want = np.exp(first - first.max()) / np.exp(first - first.max()).sum()
+    assert_close(run_relax(ext.build(_module(leading_row), cpu_target), *xs), want, rtol=1e-5, atol=1e-7)

@@ -168,7 +168,11 @@ def _is_reshape(func) -> bool:
     """A kernel that only copies its input into a new shape. Also after FuseOps chained
     reshapes, or a reshape -> multiply(x, 1) -> reshape that legalization left as copies (two
     or three blocks, which stock ``has_reshape_pattern`` does not see through): Whisper's
-    attention scores went through two 54 MB copies per layer that way."""
+    attention scores went through two 54 MB copies per layer that way. Input and output must
+    hold as many elements: a leading slice (CvT's class token, ``split`` of the first row) has
+    the reshape's index pattern too, but it is no reshape."""
+    if len(func.params) != 2 or not _same_numel(*func.params):
+        return False
     if relax.analysis.has_reshape_pattern(func):
         return True
     if not unscheduled(func):  # a candidate's kernel computes
@@ -183,6 +187,12 @@ def _is_reshape(func) -> bool:
 def _same_buffer_type(a, b) -> bool:
     return str(a.ty.dtype) == str(b.ty.dtype) and \
         math.prod(int(d) for d in a.ty.shape) == math.prod(int(d) for d in b.ty.shape)
+
+
+def _same_numel(a, b) -> bool:
+    """Two buffer parameters hold provably as many elements (symbolic shapes by the analyzer)."""
+    size = [math.prod(buf.shape) if buf.shape else 1 for buf in (a, b)]
+    return Analyzer().can_prove_equal(*size)
 
 
 def _same_shape(a, b) -> bool:
