@@ -7,7 +7,8 @@ in ``data_layout`` / ``kernel_layout`` then the epilogue tensors; attrs
 own layout (NCHW activations for all but ``direct_nhwc``); ``direct_nchwc`` and
 ``winograd`` also take NCHW{lanes}c activations on either side (``data_layout``,
 and attr ``out_layout`` where the output's differs), which ``BlockChannels`` gives
-the convs between convs, so that no kernel unpacks what the next one packs again.
+the convs between convs (grouped ones when each group is whole channel blocks), so that no
+kernel unpacks what the next one packs again.
 
 Selection without a tuning log: every candidate declares its estimated time
 (``conv2d_cost.py``, the family's one preference) and the Selector takes the
@@ -117,6 +118,14 @@ def io_blocks(wl) -> tuple[int, int]:
     return channel_block(data), channel_block(wl.attr("out_layout", data))
 
 
+def blockable(g: cv.ConvGeom, ln: int, in_block: bool = True, out_block: bool = True) -> bool:
+    """A conv the blocked kernel runs on NCHW{ln}c: the blocked sides' channels in whole blocks,
+    and with groups each group's channels too (a group is then whole channel blocks: RegNet-X's
+    16-wide groups, ResNeXt's later stages)."""
+    cg, og = (g.Cg, g.Og) if g.groups > 1 else (g.C, g.O)
+    return not ((in_block and (g.C % ln or cg % ln)) or (out_block and (g.O % ln or og % ln)))
+
+
 def _direct_check(wl, target, blocked: bool = True):
     """``blocked``: also NCHW{lanes}c activations on either side (the static kernel; not ``_dyn``)."""
     ln = lanes(target)
@@ -126,8 +135,8 @@ def _direct_check(wl, target, blocked: bool = True):
         return reason
     g = geom(wl)
     in_block, out_block = io_blocks(wl)
-    if (in_block or out_block) and (g.groups != 1 or (in_block and g.C % ln) or (out_block and g.O % ln)):
-        return f"blocked activations need groups 1 and channels in whole {ln}-blocks"
+    if (in_block or out_block) and not blockable(g, ln, in_block, out_block):
+        return f"blocked activations need channels (per group) in whole {ln}-blocks"
     if _direct_blocks(g, lanes(target), 2 * lanes(target)) is None:
         return f"per-group output channels {g.Og} neither < {lanes(target)} nor a multiple of it"
     return None
