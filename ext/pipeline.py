@@ -41,10 +41,12 @@ from .relax_passes.fold_constants import FoldRemainingConstants
 from .relax_passes.fold_pad import FoldPadIntoConv
 from .relax_passes.layout_policy import LayoutPolicy
 from .relax_passes.lift_params import LiftWeightTransforms, param_specs
+from .relax_passes.merge_groups import MergeNarrowGroups
 from .relax_passes.inplace import UseInplaceCalls
 from .relax_passes.kv_append import FuseCacheAppend
 from .relax_passes.noalias import MarkNoAlias
 from .progress import BuildProgress, stage
+from .strategies.conv2d import lanes
 from .strategies.report import SelectionReport
 from .strategies.select import Selector
 from .target import describe, normalize, target_kind
@@ -95,7 +97,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         with tgt:
             seq = tvm.transform.Sequential([
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
-                      + ([FuseCacheAppend(tgt), CheckTakeIndices()] if cpu_target else [])
+                      + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices()]
+                         if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
                       + [rp.FuseEpilogues(cpu=cpu_target)]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
