@@ -31,6 +31,8 @@ from tvm import relax
 from tvm_ffi import structural_equal
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
+from .torch_fft import ComplexFFT
+
 
 def _value_range(arg, ranges):
     """(lower, upper) of a slice bound: an int, a symbolic size node, or None (unknown)."""
@@ -54,7 +56,7 @@ def _symbolic(value) -> bool:
     return tvm.ir.is_prim_expr(value) and not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
 
 
-class Importer(ExportedProgramImporter):
+class Importer(ComplexFFT, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):
@@ -63,6 +65,7 @@ class Importer(ExportedProgramImporter):
 
     def create_convert_map(self):
         table = super().create_convert_map()
+        table.update(self.fft_converters())  # FNet: see torch_fft
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
             table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
         return table

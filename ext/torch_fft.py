@@ -1,0 +1,124 @@
+"""Complex FFTs of real tensors in ``torch.export`` graphs, translated to real matmuls.
+
+Relax has no complex dtype, so FNet's token mixing (``torch.fft.fftn(x, dim=(1, 2)).real``,
+exported as ``_to_copy(x, complex64) -> _fft_c2c -> view_as_real -> select(-1, 0)``) did not
+import. A complex value is carried here as its real and imaginary parts (the imaginary part
+absent while it is zero), and a DFT along one axis of length ``N`` is two matmuls with the
+constant ``N x N`` cosine and sine matrices ``C[k, n] = cos(2 pi k n / N)``, ``S`` likewise:
+with ``F = C - i s S`` (``s = 1`` forward, ``-1`` inverse),
+``(R + iI) F = (R C + s I S) + i (I C - s R S)``. ``view_as_real`` stacks the parts; when
+every use reads the real part only (``.real``), the imaginary part is never computed.
+Normalization ``"ortho"`` / ``"forward"`` scales the matrices. Only static FFT lengths; the
+dense DFT is O(N^2) per axis, which is what a matmul kernel is fast at for FNet's 512 tokens
+and 768 features.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+_COMPLEX = {"complex64": "float32", "complex128": "float64"}
+
+
+def _dft(n: int, dtype: str, scale: float) -> tuple:
+    k = np.arange(n)
+    angle = 2 * np.pi * np.outer(k, k) / n
+    return (relax.const((np.cos(angle) * scale).astype(dtype)), relax.const((np.sin(angle) * scale).astype(dtype)))
+
+
+class ComplexFFT:
+    """Importer mixin (before ``ExportedProgramImporter`` in the bases): ``_to_copy`` to a complex
+    dtype, ``_fft_c2c``, ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) and ``view_as_real``;
+    ``_fft_c2r`` (``irfft``) is not translated."""
+
+    def _complex_parts(self) -> dict:
+        if not hasattr(self, "_parts"):
+            self._parts = {}  # fx node -> (real, imaginary or None)
+        return self._parts
+
+    def _record(self, node, real, imag):
+        """``node`` is the complex ``real + i imag``; every use must be one this mixin translates
+        (another op would read the real part alone: a silent wrong answer)."""
+        for user in node.users:
+            name = getattr(user.target, "__name__", str(user.target))
+            if name not in ("_fft_c2c.default", "view_as_real.default"):
+                raise NotImplementedError(f"{name} of the complex value {node.name}: only FFTs and view_as_real "
+                                          "of complex values import")
+        self._complex_parts()[node] = (real, imag)
+        return real
+
+    def _to_copy(self, node):
+        dtype = str(node.kwargs.get("dtype", "")).replace("torch.", "")
+        if dtype not in _COMPLEX:
+            return super()._to_copy(node)
+        x = self.env[node.args[0]]
+        real = x if str(x.ty.dtype) == _COMPLEX[dtype] else self.block_builder.emit(
+            relax.op.astype(x, _COMPLEX[dtype]))
+        return self._record(node, real, None)
+
+    def _along(self, x, axis: int, mat):
+        """``x`` times ``mat`` along ``axis`` (``mat`` symmetric)."""
+        bb, rank = self.block_builder, len(x.ty.shape)
+        perm = [i for i in range(rank) if i != axis] + [axis]
+        y = bb.emit(relax.op.matmul(bb.emit(relax.op.permute_dims(x, perm)), mat))
+        return bb.emit(relax.op.permute_dims(y, [perm.index(i) for i in range(rank)]))
+
+    def _transform(self, node, real, imag, dims, norm, forward: bool):
+        """The DFT of ``real + i imag`` (``imag`` None: zero) over ``dims``, recorded for ``node``."""
+        bb, shape, dtype = self.block_builder, real.ty.shape, str(real.ty.dtype)
+        sign = 1.0 if forward else -1.0
+        for d in dims:
+            axis = d % len(shape)
+            if not hasattr(shape[axis], "value"):
+                raise NotImplementedError(f"{node.target}: FFT over a symbolic axis ({shape[axis]}), "
+                                          "static lengths only")
+            n = int(shape[axis].value)
+            cos, sin = _dft(n, dtype, {0: 1.0, 1: 1.0 / np.sqrt(n), 2: 1.0 / n}[int(norm)])
+            rc, rs = self._along(real, axis, cos), self._along(real, axis, sin)
+            if imag is None:
+                real, imag = rc, bb.emit(relax.op.multiply(rs, relax.const(-sign, dtype)))
+            else:
+                ic, is_ = self._along(imag, axis, cos), self._along(imag, axis, sin)
+                real = bb.emit(relax.op.add(rc, relax.op.multiply(is_, relax.const(sign, dtype))))
+                imag = bb.emit(relax.op.subtract(ic, relax.op.multiply(rs, relax.const(sign, dtype))))
+        return self._record(node, real, imag)
+
+    def _fft_c2c(self, node):
+        src, dims, norm, forward = node.args
+        parts = self._complex_parts().get(src)
+        if parts is None:
+            raise NotImplementedError(f"_fft_c2c of {src.name}: only FFTs of real tensors (or of their FFTs) import")
+        return self._transform(node, *parts, dims, norm, forward)
+
+    def _fft_r2c(self, node):
+        """``torch.fft.fft`` / ``rfft`` of a real tensor; ``onesided`` keeps ``N // 2 + 1`` bins of the last axis."""
+        src, dims, norm, onesided = node.args
+        x = self.env[src]
+        self._transform(node, x, None, dims, norm, True)
+        if onesided:
+            axis = dims[-1] % len(x.ty.shape)
+            keep = int(x.ty.shape[axis].value) // 2 + 1
+            self._record(node, *(self.block_builder.emit(relax.op.strided_slice(p, [axis], [0], [keep]))
+                                 for p in self._complex_parts()[node]))
+        return self._complex_parts()[node][0]
+
+    def _view_as_real(self, node):
+        parts = self._complex_parts().get(node.args[0])
+        if parts is None:
+            raise NotImplementedError(f"view_as_real of {node.args[0].name}: not a complex value this importer made")
+        real, imag = parts
+        rank = len(real.ty.shape)
+        if all(_reads_part(u, rank, 0) for u in node.users):  # ``.real``: the imaginary part goes unused
+            return self.block_builder.emit(relax.op.expand_dims(real, -1))
+        return self.block_builder.emit(relax.op.stack([real, relax.op.zeros_like(real) if imag is None else imag],
+                                                      axis=-1))
+
+    def fft_converters(self) -> dict:
+        return {"_fft_c2c.default": self._fft_c2c, "_fft_r2c.default": self._fft_r2c,
+                "view_as_real.default": self._view_as_real}
+
+
+def _reads_part(user, rank: int, part: int) -> bool:
+    """``user`` is ``select(view_as_real(z), -1, part)``."""
+    return (getattr(user.target, "__name__", "") == "select.int" and len(user.args) == 3
+            and user.args[1] in (-1, rank) and user.args[2] == part)
