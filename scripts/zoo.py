@@ -19,6 +19,7 @@ all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ex
     python scripts/zoo.py --models segformer_b0 --rounds 3 --profile 15   # where each spends its time
     python scripts/zoo.py --models mobilenet_v2 bert_base --frontend onnx  # ext from the ONNX file
     python scripts/zoo.py --models resnet50 efficientnet_b0 --size 320 --batch 2   # other input sizes
+    python scripts/zoo.py --extra --rounds 5      # 41 more full-size architectures (ext/models/zoo_extra.py)
 
 ``--profile N`` adds, per model, ext's per-kernel profile (``ext.profile``: the N slowest
 kernels and the time per candidate) and onnxruntime's per-op-type times from its own profiler.
@@ -246,11 +247,14 @@ def main(argv=None) -> int:
     import ext  # sets TVM_NUM_THREADS (--threads overrides it below), which the workers inherit
     from ext import cli
     from ext.cli import log
-    from ext.models.zoo import ZOO
+    from ext.models.zoo import ZOO, names
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=list(ZOO), metavar="NAME",
-                    help=f"zoo models (default: all): {', '.join(ZOO)}")
+    ap.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                    help=f"zoo models (default: all): {', '.join(names())}")
+    ap.add_argument("--extra", action="store_true",
+                    help="the extra full-size architectures instead (ext/models/zoo_extra.py): "
+                         + ", ".join(names(extra=True)))
     cli.common_args(ap, rounds=7, min_rounds=0, threads=True, plot=True, quick="small configs (the test suite's)",
                     rounds_help="interleaved timing rounds (0: correctness only)")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per model before it is killed")
@@ -264,6 +268,8 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.models is None:
+        args.models = names(extra=args.extra)
     unknown = [m for m in args.models if m not in ZOO]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")

@@ -130,3 +130,27 @@ def test_other_input_sizes_match_pytorch(cpu_target, name, batch, size, shape):
 def test_other_input_sizes_are_checked():
     with pytest.raises(ValueError, match="batch and size must be >= 1"):
         zoo_model("resnet18", quick=True, batch=0)
+
+
+def test_extra_architectures_are_full_size_only_and_apart():
+    extra = names(extra=True)
+    assert len(extra) >= 30 and not set(extra) & set(names())
+    with pytest.raises(ValueError, match="no quick variant"):
+        zoo_model(extra[0], quick=True)
+
+
+@pytest.mark.parametrize("builder", ["resnext50_32x4d", "squeezenet10"])
+def test_plain_extra_cnns_match_pytorch(cpu_target, builder):
+    """The extra set's plain-PyTorch CNNs (grouped 3x3 of 4 to 32 channels; SqueezeNet 1.0's
+    7x7 stem and ceil-mode pools) at 64x64."""
+    from ext.models import cnn
+
+    torch.manual_seed(0)
+    model = getattr(cnn, builder)(num_classes=10)
+    randomize_batchnorm(model, torch.Generator().manual_seed(1))
+    model.eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x).numpy().astype("float64")
+    got = run_relax(ext.build(from_torch(model, (x,)), cpu_target), x.numpy())
+    assert relative_error(got, ref) <= REL_TOL

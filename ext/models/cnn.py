@@ -1,8 +1,8 @@
 """Classic CNNs that ``transformers`` does not define, in plain PyTorch (no torchvision here).
 
-DenseNet-121 (concatenation), GoogLeNet (Inception branches), SqueezeNet 1.1 (fire
-modules), ShuffleNetV2 x1.0 (channel split + shuffle) and MobileNetV3-small
-(hardswish, squeeze-excitation with hardsigmoid): the layer structure of the
+DenseNet-121 (concatenation), GoogLeNet (Inception branches), SqueezeNet 1.1 and 1.0 (fire
+modules), ShuffleNetV2 x1.0 (channel split + shuffle), MobileNetV3-small (hardswish,
+squeeze-excitation with hardsigmoid) and ResNeXt-50 32x4d (grouped 3x3): the layer structure of the
 published architectures at their usual 224x224 input, random seeded weights.
 ``width`` scales channel counts for the zoo's quick variants.
 """
@@ -86,9 +86,9 @@ def googlenet(width: float = 1.0, num_classes: int = 1000):
     return nn.Sequential(*layers)
 
 
-def squeezenet11(width: float = 1.0, num_classes: int = 1000):
+def _fire(w):
+    """SqueezeNet's fire module (squeeze 1x1, expand 1x1 and 3x3, concatenated); ``w`` scales widths."""
     torch, nn = _nn()
-    w = lambda c: max(4, int(c * width))  # noqa: E731
 
     class Fire(nn.Module):
         def __init__(self, cin, s, e):
@@ -101,12 +101,53 @@ def squeezenet11(width: float = 1.0, num_classes: int = 1000):
             x = self.s(x)
             return torch.cat([self.e1(x), self.e3(x)], 1)
 
+    return Fire
+
+
+def squeezenet11(width: float = 1.0, num_classes: int = 1000):
+    torch, nn = _nn()
+    w = lambda c: max(4, int(c * width))  # noqa: E731
+    Fire = _fire(w)
     pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
     return nn.Sequential(
         nn.Conv2d(3, w(64), 3, 2), nn.ReLU(), pool(), Fire(w(64), 16, 64), Fire(2 * w(64), 16, 64), pool(),
         Fire(2 * w(64), 32, 128), Fire(2 * w(128), 32, 128), pool(), Fire(2 * w(128), 48, 192),
         Fire(2 * w(192), 48, 192), Fire(2 * w(192), 64, 256), Fire(2 * w(256), 64, 256),
         nn.Conv2d(2 * w(256), num_classes, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def squeezenet10(num_classes: int = 1000):
+    """SqueezeNet 1.0: a 7x7 stride-2 stem and the pools after fire modules 3 and 7."""
+    torch, nn = _nn()
+    Fire = _fire(lambda c: c)
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 7, 2), nn.ReLU(), pool(), Fire(96, 16, 64), Fire(128, 16, 64), Fire(128, 32, 128), pool(),
+        Fire(256, 32, 128), Fire(256, 48, 192), Fire(384, 48, 192), Fire(384, 64, 256), pool(), Fire(512, 64, 256),
+        nn.Conv2d(512, num_classes, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def resnext50_32x4d(num_classes: int = 1000, groups: int = 32, group_width: int = 4):
+    """ResNeXt-50: ResNet-50's bottlenecks with a grouped 3x3 (``groups`` of ``group_width`` x 2^stage)."""
+    torch, nn = _nn()
+
+    class Block(nn.Module):
+        def __init__(self, cin, width, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(_cbr(cin, width, 1), _cbr(width, width, 3, stride, groups=groups),
+                                      _cbr(width, cout, 1, act=None))
+            self.down = None if cin == cout and stride == 1 else _cbr(cin, cout, 1, stride, act=None)
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers, cin = [_cbr(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
+    for stage, repeats in enumerate((3, 4, 6, 3)):
+        width, cout = groups * group_width * 2 ** stage, 256 * 2 ** stage
+        for i in range(repeats):
+            layers.append(Block(cin, width, cout, 2 if i == 0 and stage > 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
 
 
 def shufflenet_v2(width: float = 1.0, repeats=(4, 8, 4), num_classes: int = 1000):

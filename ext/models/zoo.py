@@ -51,24 +51,26 @@ class ZooEntry:
     what: str  # the full-size configuration it mirrors
     factory: Callable[[bool, object], Built]
     ones_mask: bool = False
+    extra: bool = False  # ``zoo_extra``: full size only, not in the default zoo run
 
 
 ZOO: dict[str, ZooEntry] = {}
 
 
-def _register(name: str, kind: str, what: str, ones_mask: bool = False):
+def _register(name: str, kind: str, what: str, ones_mask: bool = False, extra: bool = False):
     def wrap(factory):
         if name in ZOO:
             raise ValueError(f"zoo model {name!r} registered twice")
-        ZOO[name] = ZooEntry(name, kind, what, factory, ones_mask)
+        ZOO[name] = ZooEntry(name, kind, what, factory, ones_mask, extra)
         return factory
 
     return wrap
 
 
-def names(kind: str | None = None) -> list[str]:
-    """Registered model names (in registration order), optionally of one kind."""
-    return [n for n, e in ZOO.items() if kind is None or e.kind == kind]
+def names(kind: str | None = None, extra: bool = False) -> list[str]:
+    """The zoo's model names (in registration order), optionally of one kind; ``extra``: the
+    extra architectures' (``zoo_extra``) instead."""
+    return [n for n, e in ZOO.items() if (kind is None or e.kind == kind) and e.extra == extra]
 
 
 def _wrapper_class():
@@ -190,3 +192,4 @@ def _eager(cfg):
 # the architectures register themselves on import (split by modality to keep modules small)
 from . import zoo_vision  # noqa: E402,F401  (first: the tables list vision models first)
 from . import zoo_text  # noqa: E402,F401
+from . import zoo_extra  # noqa: E402,F401  (last: not in the default table)

@@ -1,0 +1,160 @@
+"""Extra zoo architectures: full-size models beyond the 36 of the zoo's table, for finding what
+an unseen model does to ext (``python scripts/zoo.py --extra``).
+
+They are not in the default ``scripts/zoo.py`` run (its geomean stays comparable from stop to
+stop) and have no quick variant (``quick=True`` raises): the sweep that found CvT's failed
+build, VideoMAE's stock-lowered conv3d (4x onnxruntime's time) and RegNet-X's unblocked grouped
+convs (1.03-1.14x) ran these. Same conventions as the zoo: random seeded weights, randomized
+BatchNorm statistics, one output tensor.
+"""
+from __future__ import annotations
+
+from .zoo import _eager, _image, _register, _tokens
+
+
+def _extra(name: str, kind: str, what: str):
+    """Register a full-size-only factory ``f(gen) -> (model, inputs, field)``."""
+    def wrap(build):
+        def factory(quick, gen):
+            if quick:
+                raise ValueError(f"extra zoo model {name!r} has no quick variant (full size only)")
+            return build(gen)
+
+        _register(name, kind, what, extra=True)(factory)
+        return build
+
+    return wrap
+
+
+def _hf(name: str, what: str, config: str, model: str, kw: dict, res: int = 224, field: str = "logits",
+        eager: bool = False):
+    """A transformers image model from its config class and keyword arguments, ``res`` x ``res`` input."""
+    def build(gen):
+        import transformers as tf
+
+        cfg = getattr(tf, config)(**kw)
+        return getattr(tf, model)(_eager(cfg) if eager else cfg), _image(gen, res), field
+
+    _extra(name, "vision", what)(build)
+
+
+def _text(name: str, what: str, config: str, model: str, kw: dict, seq: int = 128):
+    """A transformers text encoder (``last_hidden_state``) on ``seq`` random tokens of a 1000-word vocabulary."""
+    def build(gen):
+        import transformers as tf
+
+        cfg = _eager(getattr(tf, config)(vocab_size=1000, **kw))
+        return getattr(tf, model)(cfg), _tokens(gen, 1000, seq), "last_hidden_state"
+
+    _extra(name, "text", what)(build)
+
+
+# ----------------------------------------------------------------------------- vision
+_RESNET = dict(embedding_size=64, layer_type="bottleneck", hidden_sizes=[256, 512, 1024, 2048], num_labels=1000)
+_hf("resnet34", "ResNet-34", "ResNetConfig", "ResNetForImageClassification",
+    dict(_RESNET, layer_type="basic", hidden_sizes=[64, 128, 256, 512], depths=[3, 4, 6, 3]))
+_hf("resnet101", "ResNet-101", "ResNetConfig", "ResNetForImageClassification", dict(_RESNET, depths=[3, 4, 23, 3]))
+_hf("regnet_x_400mf", "RegNet-X-400MF (16-channel groups)", "RegNetConfig", "RegNetForImageClassification",
+    dict(embedding_size=32, hidden_sizes=[32, 64, 160, 384], depths=[1, 2, 7, 12], groups_width=16,
+         layer_type="x", num_labels=1000))
+_hf("bit_50", "BiT-R50 (weight-standardized convs, GroupNorm)", "BitConfig", "BitForImageClassification",
+    dict(layer_type="bottleneck", depths=[3, 4, 6, 3], hidden_sizes=[256, 512, 1024, 2048]))
+_hf("mobilenet_v2_140", "MobileNetV2 1.4", "MobileNetV2Config", "MobileNetV2ForImageClassification",
+    dict(depth_multiplier=1.4, image_size=224))
+_hf("mobilenet_v1_075_192", "MobileNetV1 0.75 at 192x192", "MobileNetV1Config", "MobileNetV1ForImageClassification",
+    dict(depth_multiplier=0.75, image_size=192), res=192)
+_hf("efficientnet_b2", "EfficientNet-B2 at 260x260", "EfficientNetConfig", "EfficientNetForImageClassification",
+    dict(width_coefficient=1.1, depth_coefficient=1.2, image_size=260, hidden_dim=1408, num_labels=1000), res=260)
+_hf("deeplabv3_mobilenet_v2", "DeepLabV3 MobileNetV2 (dilated, output stride 8), 512x512", "MobileNetV2Config",
+    "MobileNetV2ForSemanticSegmentation", dict(image_size=512, output_stride=8), res=512)
+_hf("convnext_small", "ConvNeXt-S", "ConvNextConfig", "ConvNextForImageClassification", dict(depths=[3, 3, 27, 3]))
+_hf("deit_tiny", "DeiT-Ti/16", "DeiTConfig", "DeiTForImageClassification",
+    dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768), eager=True)
+_hf("vit_b32", "ViT-B/32", "ViTConfig", "ViTForImageClassification", dict(patch_size=32), eager=True)
+_hf("swinv2_tiny", "Swin V2-T, window 8, 256x256", "Swinv2Config", "Swinv2ForImageClassification",
+    dict(image_size=256, window_size=8), res=256)
+_hf("cvt_13", "CvT-13 (conv projections, class token in the last stage)", "CvtConfig", "CvtForImageClassification",
+    {})
+_hf("pvt_v2_b0", "PVT v2-b0", "PvtV2Config", "PvtV2ForImageClassification", {})
+_hf("levit_256", "LeViT-256", "LevitConfig", "LevitForImageClassification",
+    dict(hidden_sizes=[256, 384, 512], num_attention_heads=[4, 6, 8], depths=[4, 4, 4], key_dim=[32, 32, 32]))
+_hf("swiftformer_xs", "SwiftFormer-XS", "SwiftFormerConfig", "SwiftFormerForImageClassification", {})
+_hf("focalnet_tiny", "FocalNet-T (focal modulation)", "FocalNetConfig", "FocalNetForImageClassification", {})
+_hf("data2vec_vision_small", "Data2Vec-Vision, 384 wide (relative position bias)", "Data2VecVisionConfig",
+    "Data2VecVisionForImageClassification", dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                                                 intermediate_size=1536, use_relative_position_bias=True), eager=True)
+_hf("yolos_tiny", "YOLOS-Ti at 512x512", "YolosConfig", "YolosModel",
+    dict(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768, image_size=[512, 512]),
+    res=512, field="last_hidden_state", eager=True)
+_hf("segformer_b1", "SegFormer-B1 at 512x512", "SegformerConfig", "SegformerForSemanticSegmentation",
+    dict(hidden_sizes=[64, 128, 320, 512], decoder_hidden_size=256), res=512)
+_hf("glpn", "GLPN depth estimation, 256x256", "GLPNConfig", "GLPNForDepthEstimation", {}, res=256,
+    field="predicted_depth")
+
+
+@_extra("resnext50_32x4d", "vision", "ResNeXt-50 32x4d (plain PyTorch; 4- to 32-channel groups)")
+def _resnext50(gen):
+    from .cnn import resnext50_32x4d
+
+    return resnext50_32x4d(), _image(gen, 224), ""
+
+
+@_extra("squeezenet1_0", "vision", "SqueezeNet 1.0 (7x7 stride-2 stem, ceil-mode pools)")
+def _squeezenet10(gen):
+    from .cnn import squeezenet10
+
+    return squeezenet10(), _image(gen, 224), ""
+
+
+@_extra("videomae_small", "vision", "VideoMAE, 384 wide, 6 layers, 8 frames of 224x224 (conv3d tubelets)")
+def _videomae(gen):
+    import torch
+    import transformers as tf
+
+    cfg = _eager(tf.VideoMAEConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+                                   intermediate_size=1536, num_frames=8))
+    return tf.VideoMAEModel(cfg), (torch.randn(1, 8, 3, 224, 224, generator=gen),), "last_hidden_state"
+
+
+# ----------------------------------------------------------------------------- audio
+def _audio(name: str, what: str, config: str, model: str, kw: dict, shape: tuple):
+    def build(gen):
+        import torch
+        import transformers as tf
+
+        return getattr(tf, model)(_eager(getattr(tf, config)(**kw))), (torch.randn(*shape, generator=gen),), \
+            "last_hidden_state"
+
+    _extra(name, "audio", what)(build)
+
+
+_audio("hubert_base", "HuBERT base, 1 s of 16 kHz audio", "HubertConfig", "HubertModel", {}, (1, 16000))
+_audio("wavlm_6l", "WavLM, 6 layers (gated relative position bias), 1 s", "WavLMConfig", "WavLMModel",
+       dict(num_hidden_layers=6), (1, 16000))
+_audio("ast_6l", "Audio Spectrogram Transformer, 384 wide, 6 layers, 512 x 128 filterbank", "ASTConfig", "ASTModel",
+       dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536, max_length=512),
+       (1, 512, 128))
+
+# ----------------------------------------------------------------------------- text (seq 128)
+_text("fnet_base", "FNet-base (FFT token mixing)", "FNetConfig", "FNetModel", {})
+_text("mpnet_base", "MPNet-base (relative position buckets)", "MPNetConfig", "MPNetModel", {})
+_text("deberta_v2_small", "DeBERTa-v2, 384 wide, 6 layers (disentangled attention)", "DebertaV2Config",
+      "DebertaV2Model", dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536))
+_text("squeezebert", "SqueezeBERT (grouped conv1d layers)", "SqueezeBertConfig", "SqueezeBertModel", {})
+_text("mobilebert", "MobileBERT (bottlenecks, no-norm)", "MobileBertConfig", "MobileBertModel", {})
+_text("electra_base", "ELECTRA-base discriminator encoder", "ElectraConfig", "ElectraModel",
+      dict(embedding_size=768, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072))
+_text("funnel_base", "Funnel-Transformer base (pooled sequence)", "FunnelConfig", "FunnelBaseModel", {})
+_text("convbert_base", "ConvBERT-base (span-based dynamic convolution)", "ConvBertConfig", "ConvBertModel", {})
+_text("xlnet_6l", "XLNet, 512 wide, 6 layers (two-stream relative attention)", "XLNetConfig", "XLNetModel",
+      dict(d_model=512, n_layer=6, n_head=8, d_inner=2048, use_mems_eval=False))
+_text("bart_base", "BART-base encoder-decoder (decoder fed the same tokens)", "BartConfig", "BartModel", {})
+_text("bloom_6l", "BLOOM, 512 wide, 6 layers (ALiBi)", "BloomConfig", "BloomModel",
+      dict(hidden_size=512, n_layer=6, n_head=8, use_cache=False))
+_text("qwen2_6l", "Qwen2, 512 wide, 6 layers (GQA, SwiGLU)", "Qwen2Config", "Qwen2Model",
+      dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2, intermediate_size=1408,
+           use_cache=False))
+_text("phi_6l", "Phi, 512 wide, 6 layers (partial rotary, parallel block)", "PhiConfig", "PhiModel",
+      dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
+_text("pythia_6l", "GPT-NeoX / Pythia, 512 wide, 6 layers", "GPTNeoXConfig", "GPTNeoXModel",
+      dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
