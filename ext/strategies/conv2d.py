@@ -173,7 +173,11 @@ def _direct_default(wl, target) -> DirectConfig:
     # wider ones: 16->96 at 112x112 0.25-0.27 ms against 1.14 with 4-vector tiles, 24->144 at 56x56
     # 0.15 against 0.43 (4 vectors) and 0.28-0.34 (2 vectors; the whole knob space timed)
     short = g.KH * g.KW == 1 and g.Cg < 2 * ln
-    wide = g.OW >= 32 and g.O >= 4 * ln and not short  # many columns: 4 x 4-vector tiles (56x56 layers)
+    # many columns: 4 x 4-vector tiles (56x56 layers), unless they pad more output channels than
+    # 2-vector ones: SqueezeNet 1.0's 3->96 7x7 stem at 109x109 computed 128 channels, 1.30 ms
+    # against 0.76 with 2 x 11 tiles
+    wide = (g.OW >= 32 and g.O >= 4 * ln and not short
+            and (g.groups > 1 or ceil_to(g.O, 4 * ln) == ceil_to(g.O, 2 * ln)))
     icb, ocb = _direct_blocks(g, ln, ln if short else 4 * ln if wide else 2 * ln)
     vecs = max(1, ocb // ln)
     reg_n = 4 if wide else pick_reg_n(g.OW, min(14, cpu_info(target).accumulators // vecs))
