@@ -219,7 +219,8 @@ class _Plan:
             self._join(v, x)
             self.produced.add(v)
             return {x}
-        in_ok, out_ok = (blockable(cv_geom(wl), self.b, side == 0, side == 1) for side in (0, 1))
+        g = cv_geom(wl)
+        in_ok, out_ok = blockable(g, self.b, out_block=False), blockable(g, self.b, in_block=False)
         if (pick in TRADED and groups == 1 and in_ok and out_ok and v not in self.untraded
                 and isinstance(x, relax.Var) and self.blocked_faster(wl, pick)):
             pick = "conv2d.direct_nchwc"
