@@ -189,6 +189,10 @@ def test_leading_slice_is_not_taken_for_a_reshape(cpu_target):
     flat = te.create_prim_func([A, te.compute((20,), lambda i: A[i // 5, i % 5], name="B")])
     assert relax.analysis.has_reshape_pattern(row)  # the stock check this pass must not trust alone
     assert not _is_reshape(row) and _is_reshape(flat)
+    n = tvm.tirx.Var("n", "int64")  # symbolic sizes: the kernel also takes n, a scalar parameter
+    S = te.placeholder((n, 5), name="A")
+    assert _is_reshape(te.create_prim_func([S, te.compute((n * 5,), lambda i: S[i // 5, i % 5], name="B"), n]))
+    assert not _is_reshape(te.create_prim_func([S, te.compute((5,), lambda i: S[0, i], name="B"), n]))
     xs = _inputs()
     e = np.exp(xs[0] - xs[0].max(axis=1, keepdims=True))
     first = (e / e.sum(axis=1, keepdims=True))[:1]

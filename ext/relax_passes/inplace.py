@@ -171,7 +171,8 @@ def _is_reshape(func) -> bool:
     attention scores went through two 54 MB copies per layer that way. Input and output must
     hold as many elements: a leading slice (CvT's class token, ``split`` of the first row) has
     the reshape's index pattern too, but it is no reshape."""
-    if len(func.params) != 2 or not _same_numel(*func.params):
+    buffers = [p for p in func.params if isinstance(p.ty, tirx.BufferType)]  # symbolic sizes come as scalars
+    if len(buffers) != 2 or not _same_numel(*buffers):
         return False
     if relax.analysis.has_reshape_pattern(func):
         return True
