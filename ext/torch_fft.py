@@ -31,10 +31,9 @@ class ComplexFFT:
     dtype, ``_fft_c2c``, ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) and ``view_as_real``;
     ``_fft_c2r`` (``irfft``) is not translated."""
 
-    def _complex_parts(self) -> dict:
-        if not hasattr(self, "_parts"):
-            self._parts = {}  # fx node -> (real, imaginary or None)
-        return self._parts
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._parts: dict = {}  # fx node -> (real, imaginary or None)
 
     def _record(self, node, real, imag):
         """``node`` is the complex ``real + i imag``; every use must be one this mixin translates
@@ -44,7 +43,7 @@ class ComplexFFT:
             if name not in ("_fft_c2c.default", "view_as_real.default"):
                 raise NotImplementedError(f"{name} of the complex value {node.name}: only FFTs and view_as_real "
                                           "of complex values import")
-        self._complex_parts()[node] = (real, imag)
+        self._parts[node] = (real, imag)
         return real
 
     def _to_copy(self, node):
@@ -85,7 +84,7 @@ class ComplexFFT:
 
     def _fft_c2c(self, node):
         src, dims, norm, forward = node.args
-        parts = self._complex_parts().get(src)
+        parts = self._parts.get(src)
         if parts is None:
             raise NotImplementedError(f"_fft_c2c of {src.name}: only FFTs of real tensors (or of their FFTs) import")
         return self._transform(node, *parts, dims, norm, forward)
@@ -99,11 +98,11 @@ class ComplexFFT:
             axis = dims[-1] % len(x.ty.shape)
             keep = int(x.ty.shape[axis].value) // 2 + 1
             self._record(node, *(self.block_builder.emit(relax.op.strided_slice(p, [axis], [0], [keep]))
-                                 for p in self._complex_parts()[node]))
-        return self._complex_parts()[node][0]
+                                 for p in self._parts[node]))
+        return self._parts[node][0]
 
     def _view_as_real(self, node):
-        parts = self._complex_parts().get(node.args[0])
+        parts = self._parts.get(node.args[0])
         if parts is None:
             raise NotImplementedError(f"view_as_real of {node.args[0].name}: not a complex value this importer made")
         real, imag = parts

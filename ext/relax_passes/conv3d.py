@@ -59,13 +59,6 @@ def Conv3dToConv2d() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """Module pass: conv3d as a conv2d over the output frames (module doc)."""
     x, w = wildcard(), wildcard()
     pattern = is_op("relax.nn.conv3d")(x, w)
-
-    def run(mod, _ctx):
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                new = rewrite_call(pattern, lambda call, m: _rewrite(call, m, x, w), func)
-                if not new.same_as(func):
-                    mod[gv] = new
-        return mod
-
-    return tvm.transform.module_pass(run, opt_level=0, name="ext.Conv3dToConv2d")
+    return relax.transform.function_pass(
+        lambda func, _mod, _ctx: rewrite_call(pattern, lambda call, m: _rewrite(call, m, x, w), func),
+        opt_level=0, name="ext.Conv3dToConv2d")

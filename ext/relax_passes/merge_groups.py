@@ -64,13 +64,6 @@ def MergeNarrowGroups(lanes: int) -> tvm.transform.Pass:  # noqa: N802 - TVM pas
     """Module pass: half-vector conv groups merged in pairs (``lanes``: f32 vector width)."""
     x, w = wildcard(), is_const()
     pattern = is_op("relax.nn.conv2d")(x, w)
-
-    def run(mod, _ctx):
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                new = rewrite_call(pattern, lambda call, m: _rewrite(call, m, x, w, lanes), func)
-                if not new.same_as(func):
-                    mod[gv] = new
-        return mod
-
-    return tvm.transform.module_pass(run, opt_level=0, name="ext.MergeNarrowGroups")
+    return relax.transform.function_pass(
+        lambda func, _mod, _ctx: rewrite_call(pattern, lambda call, m: _rewrite(call, m, x, w, lanes), func),
+        opt_level=0, name="ext.MergeNarrowGroups")

@@ -122,8 +122,7 @@ def blockable(g: cv.ConvGeom, ln: int, in_block: bool = True, out_block: bool = 
     """A conv the blocked kernel runs on NCHW{ln}c: the blocked sides' channels in whole blocks,
     and with groups each group's channels too (a group is then whole channel blocks: RegNet-X's
     16-wide groups, ResNeXt's later stages)."""
-    cg, og = (g.Cg, g.Og) if g.groups > 1 else (g.C, g.O)
-    return not ((in_block and (g.C % ln or cg % ln)) or (out_block and (g.O % ln or og % ln)))
+    return not ((in_block and g.Cg % ln) or (out_block and g.Og % ln))  # whole groups: whole channels
 
 
 def _direct_check(wl, target, blocked: bool = True):
