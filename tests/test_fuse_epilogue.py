@@ -133,7 +133,8 @@ def test_intermediate_used_outside_the_group_is_not_fused():
 
 
 def test_residual_computed_from_the_anchor_is_not_fused():
-    """``y = x @ w; y + y @ w2``: the first matmul's residual needs the matmul itself."""
+    """``y = x @ w; y + y @ w2``: the first matmul's residual needs the matmul itself, so the add
+    goes to the second matmul, with ``y`` as its residual."""
 
     @I.ir_module
     class Before:
@@ -148,10 +149,36 @@ def test_residual_computed_from_the_anchor_is_not_fused():
 
     after = FuseEpilogues()(Before)
     funcs = composites(after)
-    # the matcher takes the add's first operand as the anchor and, once rejected, tries the shorter
-    # chains, not the second matmul + residual y
-    assert [str(f.attrs["Composite"]) for f in funcs.values()] == ["ext.matmul"]
-    assert after["main"].script().count("fused_relax_matmul(") == 2 and "R.add" in after["main"].script()
+    assert sorted(str(f.attrs["Composite"]) for f in funcs.values()) == ["ext.matmul", "ext.matmul_residual"]
+    assert "R.add" not in after["main"].script()
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_residual_add_of_two_anchor_chains_goes_to_the_one_that_can_take_it(swap):
+    """MobileNetV2's first residual of a stage, ``x + project(expand(x))`` with ``x`` a conv + bias
+    itself: ``x``'s chain fits the add's pattern first but its output feeds the expand conv; the
+    project conv takes the add, whichever side of it ``x`` is on."""
+    conv = dict(strides=(1, 1), padding=(0, 0, 0, 0))
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(i: R.Tensor((1, 8, 5, 5), "float32"), w0: R.Tensor((8, 8, 1, 1), "float32"),
+                 w1: R.Tensor((16, 8, 1, 1), "float32"), w2: R.Tensor((8, 16, 1, 1), "float32"),
+                 b0: R.Tensor((1, 8, 1, 1), "float32"), b2: R.Tensor((1, 8, 1, 1), "float32")
+                 ) -> R.Tensor((1, 8, 5, 5), "float32"):
+            with R.dataflow():
+                x = R.add(R.nn.conv2d(i, w0, **conv), b0)
+                e = R.nn.relu(R.nn.conv2d(x, w1, **conv))
+                p = R.add(R.nn.conv2d(e, w2, **conv), b2)
+                z = R.add(p, x) if swap else R.add(x, p)
+                R.output(z)
+            return z
+
+    after = FuseEpilogues()(Before)
+    names = sorted(str(f.attrs["Composite"]) for f in composites(after).values())
+    assert names == ["ext.conv2d_bias", "ext.conv2d_bias_residual", "ext.conv2d_relu"]
+    assert "R.add" not in after["main"].script()
 
 
 def test_gelu_written_out_becomes_the_gelu_tanh_epilogue():

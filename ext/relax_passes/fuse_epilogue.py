@@ -120,10 +120,13 @@ def _activation_ok(act: str, ann: dict) -> bool:
     return True
 
 
-def _add(lhs, name: str, ann: dict):
+def _add(lhs, name: str, ann: dict, order: str = "either"):
+    """``lhs + other`` with ``other`` annotated as ``name``: ``order`` "first" / "second" puts the
+    chain on that side only, "either" matches both."""
     other = wildcard()
     ann[name] = other
-    return is_op("relax.add")(lhs, other) | is_op("relax.add")(other, lhs)
+    first, second = is_op("relax.add")(lhs, other), is_op("relax.add")(other, lhs)
+    return {"first": first, "second": second}.get(order, first | second)
 
 
 def _same_shape(a, b) -> bool:
@@ -243,13 +246,14 @@ def _family_chains(fam) -> list[tuple]:
     return epilogue_chains(scale=fam.scale_axis is not None) if fam.chains else [()]
 
 
-def _chain_pattern(factory, parts: tuple):
-    """The pattern of one anchor variant followed by ``parts``, and its annotations."""
+def _chain_pattern(factory, parts: tuple, residual: str = "either"):
+    """The pattern of one anchor variant followed by ``parts``, and its annotations; ``residual``:
+    the side of the residual add the chain takes (``_add``'s ``order``)."""
     pat, ann = factory()
     ann = dict(ann)
     for p in parts:
         if p == "bias" or p == "residual":
-            pat = _add(pat, p, ann)
+            pat = _add(pat, p, ann, residual if p == "residual" else "either")
         elif p == "scale":
             gate = wildcard()
             ann["scale"] = gate
@@ -261,13 +265,20 @@ def _chain_pattern(factory, parts: tuple):
 
 
 def patterns(families=None) -> list[FusionPattern]:
+    """One pattern per family, chain and anchor variant; a chain with a residual add twice, the
+    chain as the add's first operand and then as its second. A matcher that takes the first
+    side of ``a | b`` that fits never tries the second once the check rejects the first: in
+    ``conv0 + conv1`` (MobileNetV2's first residual of a stage: ``x + project(expand(x))``)
+    conv0 fits as the anchor but its output feeds the next block, and conv1 + residual would
+    never be tried."""
     out = []
     for fam in (families or FAMILIES.values()):
         for parts in _family_chains(fam):
             for variant, factory in fam.anchors:  # earlier variants win ties: list the larger anchor first
-                pat, ann = _chain_pattern(factory, parts)
                 name = "_".join(("ext." + fam.name,) + parts)
-                out.append(FusionPattern(name, pat, ann, _check_chain(fam, variant, parts)))
+                for side in (("first", "second") if "residual" in parts else ("either",)):
+                    pat, ann = _chain_pattern(factory, parts, side)
+                    out.append(FusionPattern(name, pat, ann, _check_chain(fam, variant, parts)))
     return out
 
 
