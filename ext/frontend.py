@@ -23,7 +23,7 @@ import re
 
 from tvm import relax
 
-from .torch_fixes import as_pytorch_computes, exportable_experts
+from .torch_fixes import as_pytorch_computes, decompose, exportable_experts
 from .torch_importer import Importer
 
 
@@ -63,7 +63,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         module = _buffers_as_parameters(module)
     with torch.no_grad(), exportable_experts(module):
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
-        ep = ep.run_decompositions()  # the importer's own first step, done here to fix what it imports
+        ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)

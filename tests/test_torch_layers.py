@@ -154,3 +154,25 @@ def test_hf_mixture_of_experts_imports_with_batched_experts(cpu_target):
     assert decoder.get_experts_implementation() == before
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())).numpy()
     assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), what="Mixtral")
+
+
+def test_hf_decoder_with_a_padding_mask_and_a_batch(cpu_target):
+    """GPT-2 with an attention mask and 3 sequences: PyTorch's own decomposition stopped on the
+    ``view`` after the decomposed attention (its output laid out transposed); from_torch takes
+    the views as reshapes then. Padded positions and a left-padded row included."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=4, vocab_size=97, n_positions=64, use_cache=False)
+    torch.manual_seed(0)
+    decoder = transformers.GPT2Model(cfg).eval()
+    model = Call(lambda m, ids, mask: m[0](input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state,
+                 decoder).eval()
+    ids = torch.randint(0, 97, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, :4] = 0
+    with torch.no_grad():
+        want = model(ids, mask).numpy()
+    ex = ext.build(from_torch(model, (ids, mask)), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t.numpy()) for t in (ids, mask))).numpy()
+    assert np.isnan(got).sum() == np.isnan(want).sum()
+    assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.nanmax(np.abs(want))), what="GPT-2 with a padding mask")
