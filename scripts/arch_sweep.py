@@ -10,6 +10,7 @@ a crash is one row.
     python scripts/arch_sweep.py                          # all 71 (about 25 minutes on 2 cores)
     python scripts/arch_sweep.py --models falcon detr     # some
     python scripts/arch_sweep.py --symbolic               # text models, symbolic sequence length
+    python scripts/arch_sweep.py --mask                   # text models, 3 padded sequences and their attention mask
     python scripts/arch_sweep.py --onnx dynamo            # through an ONNX file and ext.frontend.from_onnx
     python scripts/arch_sweep.py --tokens 96              # text models at 96 tokens (fused attention: >= 64 keys)
 
@@ -26,6 +27,7 @@ row says so.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import subprocess
 import sys
@@ -141,6 +143,19 @@ def _text_ids(kind: str, length: int, seed: int):
     return (torch.randint(low, vocab, (1, length), generator=torch.Generator().manual_seed(seed)),)
 
 
+def _masked(ids):
+    """``(ids, attention_mask)`` for 3 sequences drawn like ``ids`` (1, L): the second padded on
+    the right (its last third masked), the third on the left (its first quarter masked)."""
+    import torch
+
+    length = ids[0].shape[1]
+    batch = torch.cat([ids[0], ids[0].roll(1, 1), ids[0].flip(1)])
+    mask = torch.ones(3, length, dtype=torch.long)
+    mask[1, length - max(1, length // 3):] = 0
+    mask[2, :max(1, length // 4)] = 0
+    return batch, mask
+
+
 def _onnx_file(model, inputs, symbolic: bool, exporter: str) -> bytes:
     """``model`` exported to ONNX in memory: ``"torchscript"`` (opset 17, as ``ext.bench`` exports
     for onnxruntime) or ``"dynamo"`` (``torch.export``-based, PyTorch's default exporter)."""
@@ -183,12 +198,14 @@ def _onnxruntime_outputs(data: bytes, checks) -> list:
     return [sess.run(None, {"x": xs[0].numpy()})[0] for xs in checks]
 
 
-def run_one(name: str, symbolic: bool = False, exporter: str | None = None, tokens: int | None = None) -> str:
+def run_one(name: str, symbolic: bool = False, exporter: str | None = None, tokens: int | None = None,
+            mask: bool = False) -> str:
     """One row: import, build, run, compare (in this process). ``symbolic``: a text model's
     sequence length is a symbol (2..64), checked at the example length and at 5 and 29;
     ``exporter``: imported with ``from_onnx`` from that ONNX exporter's file instead of
     ``from_torch``. Where the file itself computes unlike PyTorch, onnxruntime on the same file
-    is the reference (the row says so). ``tokens``: a text model's example length."""
+    is the reference (the row says so). ``tokens``: a text model's example length. ``mask``: a
+    text model called with 3 padded sequences and their ``attention_mask`` (``_masked``)."""
     os.environ.setdefault("EXT_CACHE", "0")
     import ext  # first: sets TVM_NUM_THREADS
     import onnx
@@ -200,8 +217,10 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
     from ext.frontend import from_onnx, from_torch
 
     cfg_cls, model_cls, kw, kind = architectures(transformers)[name]
-    if (symbolic or tokens) and not kind.startswith("ids"):
+    if (symbolic or tokens or mask) and not kind.startswith("ids"):
         return "skipped (no sequence axis)"
+    if mask and "attention_mask" not in inspect.signature(model_cls.forward).parameters:
+        return "skipped (no attention_mask)"
     torch.manual_seed(0)
     cfg = cfg_cls(**kw)
     for field in ("max_position_embeddings", "n_positions", "max_seq_len"):  # room for the longer text
@@ -216,7 +235,10 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
     model = _Output(model_cls(cfg).eval()).eval()
     inputs = _inputs(kind, tokens)
     checks = [inputs] + ([_text_ids(kind, n, seed=n) for n in (5, 29)] if symbolic else [])
-    dynamic = ({1: torch.export.Dim("seq", min=2, max=64)},) if symbolic else None
+    if mask:
+        inputs, checks = _masked(inputs), [_masked(xs) for xs in checks]
+    seq = torch.export.Dim("seq", min=2, max=64)
+    dynamic = tuple({1: seq} for _ in inputs) if symbolic else None
     stage = "import"
     try:
         start = time.time()
@@ -263,8 +285,9 @@ def _output_class():
             super().__init__()
             self.model = model
 
-        def forward(self, x):
-            out = self.model(x, return_dict=True)
+        def forward(self, x, mask=None):
+            out = self.model(x, return_dict=True) if mask is None else \
+                self.model(x, attention_mask=mask, return_dict=True)
             for key in ("last_hidden_state", "predicted_depth", "logits", "audio_codes"):
                 if getattr(out, key, None) is not None:
                     return getattr(out, key)
@@ -287,12 +310,16 @@ def main(argv=None) -> int:
     p.add_argument("--onnx", choices=("torchscript", "dynamo"),
                    help="export to ONNX with this exporter and import with from_onnx")
     p.add_argument("--tokens", type=int, metavar="N", help="text models only, at N tokens (default 13)")
+    p.add_argument("--mask", action="store_true",
+                   help="text models with 3 padded sequences and their attention mask (from_torch only)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
     args = p.parse_args(argv)
     if args.tokens is not None and not 2 <= args.tokens <= (64 if args.symbolic else 4096):
         p.error(f"--tokens must be 2..{64 if args.symbolic else 4096}, got {args.tokens}")
+    if args.mask and args.onnx:
+        p.error("--mask runs from_torch only (the ONNX files take one input)")
     if args.one:
-        print(run_one(args.one, args.symbolic, args.onnx, args.tokens), flush=True)
+        print(run_one(args.one, args.symbolic, args.onnx, args.tokens, args.mask), flush=True)
         return 0
     import transformers
 
@@ -305,7 +332,8 @@ def main(argv=None) -> int:
     for name in names:
         try:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", name] + (["--symbolic"] if args.symbolic else []) \
-                + (["--onnx", args.onnx] if args.onnx else []) + (["--tokens", str(args.tokens)] if args.tokens else [])
+                + (["--onnx", args.onnx] if args.onnx else []) + (["--tokens", str(args.tokens)] if args.tokens else []) \
+                + (["--mask"] if args.mask else [])
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
             rows[name] = lines[-1] if lines and res.returncode == 0 else \
