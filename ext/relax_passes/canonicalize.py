@@ -5,7 +5,8 @@ of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers th
 mean or max over H and W (``global_pool``), a nearest resize to its own
 size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
-linear layers undone (``unflatten_linear``), common-subexpression elimination, bindings
+linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
+conv2d or matmul folded into its weight and bias (``fold_affine``), common-subexpression elimination, bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tvm import relax
 
 from .conv1d import Conv1dToConv2d
 from .conv3d import Conv3dToConv2d
+from .fold_affine import FoldAffineIntoAnchor
 from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
 from .global_pool import GlobalPoolToReduce
@@ -42,4 +44,8 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         # ``(y, mean, var)[0]``: the tuple stopped FuseOps at the affine, so the relu ran alone
         relax.transform.CanonicalizeBindings(),
         relax.transform.DeadCodeElimination(),
+        # after the reshapes around linear layers are gone, constants folded and a decomposed
+        # batch norm's tuple read through (and dropped: a second reader ends a chain)
+        FoldAffineIntoAnchor(),
+        relax.transform.DeadCodeElimination(),  # the chains' old bindings
     ], name="ext.Canonicalize")
