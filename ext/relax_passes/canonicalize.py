@@ -43,6 +43,9 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         # a batch norm left unfolded (DenseNet's norm -> relu -> conv) decomposes to
         # ``(y, mean, var)[0]``: the tuple stopped FuseOps at the affine, so the relu ran alone
         relax.transform.CanonicalizeBindings(),
+        # reshape(reshape(x)) -> reshape(x), a reshape to the same shape dropped: a chain of them
+        # fused into one kernel composed its div/mod indices, doubling per reshape (20: 79 s)
+        relax.transform.RemoveRedundantReshape(),
         relax.transform.DeadCodeElimination(),
         # after the reshapes around linear layers are gone, constants folded and a decomposed
         # batch norm's tuple read through (and dropped: a second reader ends a chain)

@@ -54,14 +54,21 @@ _RESHAPE = tvm.ir.Op.get("relax.reshape")
 ROW_INPLACE = "ext.row_inplace"
 
 
-def _inline_all(func) -> tuple | None:
-    """(schedule, output block) with every other block inlined, or None."""
+#: ``_is_reshape`` gives up on kernels of more blocks than this: inlining a chain of reshapes
+#: composes their ``//`` and ``%`` indices, doubling per block (a kernel of 22 reshapes and adds:
+#: 9 s here); the copies it looks for are two or three blocks
+MAX_RESHAPE_BLOCKS = 6
+
+
+def _inline_all(func, max_blocks: int | None = None) -> tuple | None:
+    """(schedule, output block) with every other block inlined, or None (also for more than
+    ``max_blocks`` blocks)."""
     sch = s_tir.Schedule(func)
     root = sch.get_sblock("root") if _has_root(sch) else None
     blocks = sch.get_child_blocks(root) if root is not None else []
     out_buf = func.params[-1]  # TVM 0.27: a parameter is its buffer; regions point at it as .source
     outs = [b for b in blocks if any(w.source.same_as(out_buf) for w in sch.get(b).writes)]
-    if len(outs) != 1:
+    if len(outs) != 1 or (max_blocks is not None and len(blocks) > max_blocks):
         return None
     for b in blocks:
         if not b.same_as(outs[0]):
@@ -179,7 +186,7 @@ def _is_reshape(func) -> bool:
     if not unscheduled(func):  # a candidate's kernel computes
         return False
     try:
-        inlined = _inline_all(func)
+        inlined = _inline_all(func, MAX_RESHAPE_BLOCKS)
     except Exception:  # noqa: BLE001 - not a plain block chain: not a reshape we can prove
         return False
     return inlined is not None and relax.analysis.has_reshape_pattern(inlined[0].mod["main"])

@@ -42,6 +42,8 @@ RAGGED_MIN_ROWS = 64
 #: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
 #: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar)
 MAX_INLINED_CHARS = 6000
+#: a producer read once is inlined while its expression prints shorter than this many times the limit
+SINGLE_READ_FACTOR = 4
 
 def _store_depth(block) -> int:
     body = block.body
@@ -59,11 +61,16 @@ def _reads(stmt, buffer_name: str) -> int:
 
 
 def _copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
-    """Would inlining ``block_rv`` copy its expression past ``MAX_INLINED_CHARS``?"""
+    """Would inlining ``block_rv`` copy its expression past ``MAX_INLINED_CHARS``? Read once,
+    the expression is not copied but its indices are: each reshape inlined into the next puts
+    the consumer's index into a ``//`` and a ``%`` of the producer's, doubling it (reshapes with
+    element-wise ops between them, which one kernel fuses: 20 of them took 23 s to build), so a
+    producer already ``SINGLE_READ_FACTOR`` times the limit stays a block of its own too."""
     block = sch.get(block_rv)
     name = block.writes[0].source.name
     copies = sum(_reads(sch.get(c).body, name) for c in sch.get_consumers(block_rv))
-    return copies > 1 and len(str(block.body)) * copies > MAX_INLINED_CHARS
+    size = len(str(block.body))
+    return size * copies > MAX_INLINED_CHARS * (1 if copies > 1 else SINGLE_READ_FACTOR)
 
 
 def _inline_injective(sch: s_tir.Schedule) -> None:
