@@ -156,3 +156,18 @@ def test_one_shift_after_the_last_scale():
     calls = [b.value for blk in after["main"].body.blocks for b in blk.bindings if isinstance(b.value, relax.Call)]
     assert [c.op.name for c in calls] == ["relax.nn.conv2d", "relax.add", "relax.add"]
     assert float(calls[-1].args[1].value.numpy()) == 3.0
+
+
+def test_a_zero_divisor_or_an_infinite_constant_stays():
+    """Folded, ``(conv + b) / 0`` would sum infinite terms (NaN where PyTorch has an infinity)."""
+    for const in (np.zeros((1, 4, 1, 1), "float32"), np.full((1, 4, 1, 1), np.inf, "float32")):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((1, 2, 3, 3), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((4, 2, 1, 1), "float32"))))
+                op = relax.op.divide if not np.isinf(const).any() else relax.op.multiply
+                out = bb.emit_output(op(y, relax.const(const)))
+            bb.emit_func_output(out)
+        mod = bb.get()
+        tvm.ir.assert_structural_equal(relax.transform.DeadCodeElimination()(FoldAffineIntoAnchor()(mod)), mod)

@@ -103,7 +103,10 @@ def _channel_vector(c, out_dims: list[int], axis: int, dtype: str) -> np.ndarray
 
 def _step(op: str, first: bool, consts: np.ndarray, scale, shift):
     """``(scale, shift)`` after one step ``op`` (the chain its ``first`` operand or the second);
-    None if not affine."""
+    None if not affine, or for a constant that is not finite or a divisor that is zero (folded,
+    ``(x @ W) / 0`` would be a sum of infinite terms, NaN where it was an infinity)."""
+    if not np.isfinite(consts).all() or op == "relax.divide" and not consts.all():
+        return None
     if op == "relax.add":
         return scale, shift + consts
     if op == "relax.multiply":
