@@ -54,7 +54,7 @@ from ..strategies.conv2d import blockable, lanes
 from ..strategies.conv2d import geom as cv_geom
 from ..target import target_kind
 from ..workload import Workload
-from .mutate import mutate_functions, static_dims
+from .mutate import mutate_functions, op_name, static_dims
 
 UNARY = {"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.nn.silu", "relax.nn.gelu", "relax.nn.gelu_tanh",
          "relax.tanh", "relax.nn.leakyrelu", "relax.exp", "relax.negative", "relax.abs", "relax.sqrt",
@@ -79,10 +79,6 @@ def _elements(v) -> int:
     """What a layout change of ``v`` costs, in pack/unpack and ``layout_transform`` alike: one
     pass over its elements (region values have static shapes)."""
     return int(np.prod(static_dims(v) or [1]))
-
-
-def _op(call) -> str:
-    return call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else ""
 
 
 def _tensor_args(call) -> list:
@@ -145,7 +141,7 @@ class _Plan:
     # -- one binding: returns the argument vars it reads in blocked form when converted
     def _visit(self, binding) -> set:
         v, call = binding.var, binding.value
-        op = _op(call)
+        op = op_name(call)
         if op == "relax.nn.conv2d":
             return self._conv(v, call)
         if op == "relax.concat":
@@ -194,7 +190,7 @@ class _Plan:
         x, a, out = call.args[0], call.attrs, static_dims(v)
         if (not isinstance(x, relax.Var) or out is None or len(out) != 4 or out[1] % self.b
                 or (str(a.layout), str(a.out_layout)) != ("NCHW", "NCHW") or str(v.ty.dtype) != "float32"
-                or (_op(call) == "relax.nn.avg_pool2d" and a.ceil_mode)):  # pool2d.nchwc declines it
+                or (op_name(call) == "relax.nn.avg_pool2d" and a.ceil_mode)):  # pool2d.nchwc declines it
             return set()
         self._join(v, x)
         self.produced.add(v)
@@ -311,7 +307,7 @@ class _Rewrite(PyExprMutator):
         if plan is None or (v not in plan.rewrite and v not in plan.conv):
             return super().visit_var_binding_(binding)
         blk = f"NCHW{self.b}c"
-        op = _op(call)
+        op = op_name(call)
         if op == "relax.nn.conv2d":
             x = call.args[0]
             x_in = x in plan.converted and (plan.conv[v] == "dw" or plan.conv[v][0])

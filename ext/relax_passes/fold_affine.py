@@ -29,14 +29,11 @@ from tvm import relax
 from tvm.ir.expr import Constant
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .mutate import mutate_functions, static_dims
+from .fold_batchnorm import conv_channel_axis
+from .mutate import mutate_functions, op_name, static_dims, var_uses
 
 #: the element-wise ops a chain step may be (with a constant as the other operand)
 STEPS = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide"}
-
-
-def _op(expr) -> str | None:
-    return getattr(getattr(expr, "op", None), "name", None) if isinstance(expr, relax.Call) else None
 
 
 def _array(c) -> np.ndarray | None:
@@ -47,7 +44,7 @@ def _array(c) -> np.ndarray | None:
 def _weight(call, var2val):
     """How to rebuild the anchor ``call`` with its constant weight scaled along the output
     channels (``rebuild(x, scale)``), or None when the weight is no constant."""
-    op, w = _op(call), call.args[1]
+    op, w = op_name(call), call.args[1]
     w = var2val.get(w, w)
     if op == "relax.nn.conv2d":
         layout = str(call.attrs.kernel_layout)
@@ -60,7 +57,7 @@ def _weight(call, var2val):
         arr = _array(w)
         if arr is not None and arr.ndim >= 2:  # (..., K, N): every batch's N columns
             return lambda x, s: relax.op.matmul(x, relax.const(_scaled(arr, s, arr.ndim - 1)), call.attrs.out_dtype)
-        inner = var2val.get(w.args[0], w.args[0]) if _op(w) == "relax.permute_dims" else None
+        inner = var2val.get(w.args[0], w.args[0]) if op_name(w) == "relax.permute_dims" else None
         arr = _array(inner)
         if arr is not None and arr.ndim == 2 and [int(a) for a in (w.attrs.axes or [1, 0])] == [1, 0]:
             return lambda x, s: relax.op.matmul(
@@ -80,10 +77,10 @@ def _scaled(w: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
 
 def _channel_axis(call) -> int | None:
     """The anchor output's channel axis (non-negative), or None for a layout without one."""
-    if _op(call) == "relax.matmul":
+    if op_name(call) == "relax.matmul":
         return len(call.ty.shape) - 1
-    layout = str(call.attrs.out_layout or call.attrs.data_layout)
-    return layout.index("C") if len(layout) == 4 and "C" in layout else None
+    axis = conv_channel_axis(call)
+    return axis if axis >= 0 else None
 
 
 def _channel_vector(c, out_dims: list[int], axis: int, dtype: str) -> np.ndarray | None:
@@ -98,7 +95,7 @@ def _channel_vector(c, out_dims: list[int], axis: int, dtype: str) -> np.ndarray
     dims = [1] * (len(out_dims) - data.ndim) + list(data.shape)
     if any(d != 1 and (i != axis or d != out_dims[axis]) for i, d in enumerate(dims)):
         return None
-    return np.broadcast_to(data.reshape(dims), [out_dims[axis] if i == axis else 1 for i in range(len(dims))]).reshape(-1)
+    return np.broadcast_to(data.reshape(-1), (out_dims[axis],))  # one value, or one per channel
 
 
 def _step(op: str, first: bool, consts: np.ndarray, scale, shift):
@@ -118,26 +115,11 @@ def _step(op: str, first: bool, consts: np.ndarray, scale, shift):
     return None
 
 
-def _uses(func: relax.Function) -> dict:
-    """``{var: number of bindings (and the function's result) that read it}``."""
-    count: dict = {}
-
-    def read(expr):
-        seen = set()
-        relax.analysis.post_order_visit(expr, lambda e: seen.add(e) if isinstance(e, relax.Var) else None)
-        for v in seen:
-            count[v] = count.get(v, 0) + 1
-
-    for val in relax.analysis.get_var2val(func).values():
-        read(val)
-    read(func.body.body)
-    return count
-
-
 def _plan(func: relax.Function) -> dict:
-    """The chain ends to rewrite: ``{end var: (anchor call, scale, shift)}``."""
+    """The chain ends to rewrite: ``{end var: (anchor call, rebuild, scale, shift)}`` (``rebuild``:
+    ``_weight``'s)."""
     var2val = relax.analysis.get_var2val(func)
-    uses = _uses(func)
+    uses = var_uses(func)
     user = {}
     for var, val in var2val.items():
         for arg in (val.args if isinstance(val, relax.Call) else []):
@@ -145,7 +127,8 @@ def _plan(func: relax.Function) -> dict:
                 user[arg] = var
     plan = {}
     for var, val in var2val.items():
-        if _op(val) not in ("relax.nn.conv2d", "relax.matmul") or _weight(val, var2val) is None:
+        rebuild = _weight(val, var2val) if op_name(val) in ("relax.nn.conv2d", "relax.matmul") else None
+        if rebuild is None:
             continue
         dims, axis, dtype = static_dims(val), _channel_axis(val), str(val.ty.dtype)
         if dims is None or axis is None or dtype not in ("float32", "float16"):
@@ -155,26 +138,26 @@ def _plan(func: relax.Function) -> dict:
         while cur in user:  # its one reader is the next step
             nxt = user[cur]
             call = var2val[nxt]
-            if _op(call) == "relax.reshape" and _op(val) == "relax.matmul":  # rows regrouped, channels last
+            if op_name(call) == "relax.reshape" and op_name(val) == "relax.matmul":  # rows regrouped, channels last
                 new_dims = static_dims(call)
                 if new_dims is None or new_dims[-1] != dims[-1]:
                     break
                 cur, dims, axis = nxt, new_dims, len(new_dims) - 1
                 continue
-            if _op(call) not in STEPS or len(call.args) != 2 or static_dims(call) != dims:
+            if op_name(call) not in STEPS or len(call.args) != 2 or static_dims(call) != dims:
                 break
             first = call.args[0].same_as(cur)
             other = call.args[1] if first else call.args[0]
             vec = None if other.same_as(cur) else _channel_vector(var2val.get(other, other), dims, axis, dtype)
-            got = None if vec is None else _step(_op(call), first, vec, scale, shift)
-            scaling = _op(call) in ("relax.multiply", "relax.divide") or _op(call) == "relax.subtract" and not first
+            got = None if vec is None else _step(op_name(call), first, vec, scale, shift)
+            scaling = op_name(call) in ("relax.multiply", "relax.divide") or op_name(call) == "relax.subtract" and not first
             if got is None or (not scaling and scales and shifts):  # a second shift: an activation's
                 break
             scale, shift = got
             scales, shifts = scales + scaling, (0 if scaling else shifts + 1)
             cur = nxt
         if scales:
-            plan[cur] = (val, scale, shift)
+            plan[cur] = (val, rebuild, scale, shift)
     return plan
 
 
@@ -183,19 +166,17 @@ class _Fold(PyExprMutator):
     def __init__(self, mod=None):
         super().__init__(mod)
         self.plan: dict = {}
-        self.var2val: dict = {}
 
     def visit_function_(self, func):
-        self.plan, self.var2val = _plan(func), relax.analysis.get_var2val(func)
+        self.plan = _plan(func)
         return super().visit_function_(func)
 
     def visit_var_binding_(self, binding):
         if binding.var not in self.plan:
             return super().visit_var_binding_(binding)
-        anchor, scale, shift = self.plan[binding.var]
-        rebuild = _weight(anchor, self.var2val)
+        anchor, rebuild, scale, shift = self.plan[binding.var]
         dims, axis = static_dims(anchor), _channel_axis(anchor)
-        bias_shape = [dims[axis]] if _op(anchor) == "relax.matmul" else [
+        bias_shape = [dims[axis]] if op_name(anchor) == "relax.matmul" else [
             dims[axis] if i == axis else 1 for i in range(len(dims))]
         dtype = str(anchor.ty.dtype)
         y = self.builder_.emit(rebuild(self.visit_expr(anchor.args[0]), scale))

@@ -29,7 +29,8 @@ def _pattern(with_bias: bool):
     return is_tuple_get_item(bn, 0), conv, bn, (b if with_bias else None)
 
 
-def _channel_axis(conv) -> int:
+def conv_channel_axis(conv) -> int:
+    """The conv2d output's channel axis in a 4-D layout, -1 in any other."""
     layout = str(conv.attrs.out_layout or conv.attrs.data_layout)
     return layout.index("C") if len(layout) == 4 and "C" in layout else -1
 
@@ -46,7 +47,7 @@ def _is_channel_vector(b, axis: int, channels: int) -> bool:
 def _rewriter(conv_pat, bn_pat, bias_pat):
     def rewrite(expr, matches):
         conv, bn = matches[conv_pat], matches[bn_pat]
-        axis = _channel_axis(conv)
+        axis = conv_channel_axis(conv)
         out_shape = conv.ty.shape
         kernel_layout = str(conv.attrs.kernel_layout)
         if axis < 0 or int(bn.attrs.axis) % 4 != axis or "O" not in kernel_layout or out_shape is None:

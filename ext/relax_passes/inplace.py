@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 
 import tvm
 from tvm import relax, s_tir, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.sym import Analyzer  # tvm.arith in older TVM
 from ..tir_schedules.common import MAX_SELECT_DEPTH, select_depth, unscheduled
+from .mutate import var_uses
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 _CALL_TIR_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
@@ -206,20 +206,6 @@ def _same_shape(a, b) -> bool:
     return [int(d) for d in a.shape] == [int(d) for d in b.shape]
 
 
-def _uses(func: relax.Function) -> Counter:
-    count = Counter()
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            count[expr] += 1
-
-    for block in func.body.blocks:
-        for b in block.bindings:
-            relax.analysis.post_order_visit(b.value, visit)
-    relax.analysis.post_order_visit(func.body.body, visit)
-    return count
-
-
 @mutator
 class _Rewrite(PyExprMutator):
     def __init__(self, mod):
@@ -310,7 +296,7 @@ class _Rewrite(PyExprMutator):
         for gv, func in self.mod_.functions_items():
             if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
                 continue
-            uses = _uses(func)
+            uses = var_uses(func)
             blocks = []
             for block in func.body.blocks:
                 if isinstance(block, relax.DataflowBlock):

@@ -1,5 +1,8 @@
-"""What the Relax passes share: the ``PyExprMutator`` driver, a tensor's static shape."""
+"""What the Relax passes share: the ``PyExprMutator`` driver, a tensor's static shape, a call's
+operator name, how often each variable is read."""
 from __future__ import annotations
+
+from collections import Counter
 
 import tvm
 from tvm import relax
@@ -22,3 +25,23 @@ def static_dims(expr) -> list[int] | None:
     if any(not hasattr(d, "value") for d in ty.shape):
         return None
     return [int(d.value) for d in ty.shape]
+
+
+def op_name(expr) -> str:
+    """The operator a Relax call applies (``"relax.add"``), or "" (not a call of an operator)."""
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else ""
+
+
+def var_uses(func: relax.Function) -> Counter:
+    """How many times each variable is read by the bindings of ``func`` and its result."""
+    count = Counter()
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            count[expr] += 1
+
+    for block in func.body.blocks:
+        for b in block.bindings:
+            relax.analysis.post_order_visit(b.value, visit)
+    relax.analysis.post_order_visit(func.body.body, visit)
+    return count
