@@ -68,7 +68,21 @@ class Importer(ComplexFFT, ExportedProgramImporter):
         table.update(self.fft_converters())  # FNet: see torch_fft
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
             table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
+        table["min.dim"] = self._min_dim
         return table
+
+    def _min_dim(self, node):
+        """``torch.min(x, dim)``, which the stock table lacks: values and indices of the smallest
+        top-1, as its ``max.dim`` takes the largest (values read alone become a ``min``:
+        ``relax_passes/top_one.py``)."""
+        x, dim = self.env[node.args[0]], node.args[1]
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        bb = self.block_builder
+        top = bb.emit(relax.op.topk(x, k=1, axis=dim, largest=False, ret_type="both", dtype="int64"))
+        fields = [bb.emit(relax.TupleGetItem(top, i)) for i in (0, 1)]
+        if not keepdim:
+            fields = [bb.emit(relax.op.squeeze(f, axis=[dim])) for f in fields]
+        return bb.emit(relax.Tuple(fields))
 
     def _upsample_impl(self, x, size, scale_factor, method: str, align_corners: bool):
         if method != "nearest_neighbor":

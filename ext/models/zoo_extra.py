@@ -91,6 +91,19 @@ _hf("segformer_b1", "SegFormer-B1 at 512x512", "SegformerConfig", "SegformerForS
 _hf("glpn", "GLPN depth estimation, 256x256", "GLPNConfig", "GLPNForDepthEstimation", {}, res=256,
     field="predicted_depth")
 
+# stop 36: more architectures a user may bring, default configs where those are full size
+_hf("hiera_base", "Hiera-B, default config (mask-unit attention, unrolled tokens)", "HieraConfig", "HieraForImageClassification", {})
+_hf("textnet_base", "TextNet (re-parameterizable 3x1 / 1x3 / 3x3 convs)", "TextNetConfig",
+    "TextNetForImageClassification", {})
+_hf("mobilenet_v1_160", "MobileNetV1 1.0 at 160x160", "MobileNetV1Config", "MobileNetV1ForImageClassification",
+    dict(image_size=160), res=160)
+_hf("convnextv2_atto", "ConvNeXt V2-Atto (40 to 320 channels, GRN)", "ConvNextV2Config",
+    "ConvNextV2ForImageClassification", dict(hidden_sizes=[40, 80, 160, 320], depths=[2, 2, 6, 2]))
+_hf("dinov2_reg_small", "DINOv2-S with 4 registers", "Dinov2WithRegistersConfig",
+    "Dinov2WithRegistersForImageClassification", dict(hidden_size=384, num_attention_heads=6), eager=True)
+_hf("siglip_vision", "SigLIP vision tower B/16 (tanh GELU, attention-pooling head)", "SiglipVisionConfig",
+    "SiglipVisionModel", {}, field="pooler_output", eager=True)
+
 
 @_extra("resnext50_32x4d", "vision", "ResNeXt-50 32x4d (plain PyTorch; 4- to 32-channel groups)")
 def _resnext50(gen):

@@ -6,7 +6,8 @@ mean or max over H and W (``global_pool``), a nearest resize to its own
 size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh form written out as one op
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
-conv2d or matmul folded into its weight and bias (``fold_affine``), common-subexpression elimination, bindings
+conv2d or matmul folded into its weight and bias (``fold_affine``), a top-1 whose indices nobody reads as a
+max reduction (``top_one``), common-subexpression elimination, bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .global_pool import GlobalPoolToReduce
 from .identity_resize import DropIdentityCast, DropIdentityResize
 from .merge_clips import MergeClips
 from .slice_bounds import ProveSliceBounds
+from .top_one import TopOneToReduce
 from .unflatten_linear import UnflattenLinear
 
 
@@ -47,6 +49,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         # fused into one kernel composed its div/mod indices, doubling per reshape (20: 79 s)
         relax.transform.RemoveRedundantReshape(),
         relax.transform.DeadCodeElimination(),
+        TopOneToReduce(),  # torch.max(x, dim).values: a max, once the unread indices are gone
         # after the reshapes around linear layers are gone, constants folded and a decomposed
         # batch norm's tuple read through (and dropped: a second reader ends a chain)
         FoldAffineIntoAnchor(),
