@@ -21,7 +21,6 @@ from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import matmul as cpu_sched
 from ..tir_schedules.cpu.matmul import DotConfig, TileConfig
-from ..tir_schedules.cpu.prefetch import prefetch_next_panel
 from ..topi_kernels import host
 from ..topi_kernels import matmul as mm
 from ..workload import Workload
@@ -162,9 +161,6 @@ def _packed_shape(wl, nb):
     return (mm.ceil_to(N, nb) // nb, K, nb)
 
 
-PREFETCH = True
-
-
 def _packed_build(wl, cfg: TileConfig, target):
     M, N, K = dims(wl)
     A, Bp, *extras = _placeholders(wl, b_shape=_packed_shape(wl, cfg.nb))
@@ -172,10 +168,7 @@ def _packed_build(wl, cfg: TileConfig, target):
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, Bp, *extras, D])
     cpu_sched.schedule_tiled(sch, cfg, _lanes(target), threads=cpu_info(target).cores)
-    func = finish(sch, "matmul.packed")
-    if PREFETCH and cfg.parallel != "none":
-        func = prefetch_next_panel(func, rows=cfg.mb, tiles=mm.ceil_to(M, cfg.mb) // cfg.mb)
-    return func
+    return finish(sch, "matmul.packed")
 
 
 def _packed_suits(wl, target):
