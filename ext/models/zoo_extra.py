@@ -103,6 +103,10 @@ _hf("dinov2_reg_small", "DINOv2-S with 4 registers", "Dinov2WithRegistersConfig"
     "Dinov2WithRegistersForImageClassification", dict(hidden_size=384, num_attention_heads=6), eager=True)
 _hf("siglip_vision", "SigLIP vision tower B/16 (tanh GELU, attention-pooling head)", "SiglipVisionConfig",
     "SiglipVisionModel", {}, field="pooler_output", eager=True)
+_hf("depth_anything_small", "Depth Anything (DINOv2-S backbone, DPT head) at 266x266", "DepthAnythingConfig",
+    "DepthAnythingForDepthEstimation", {}, res=266, field="predicted_depth", eager=True)
+_hf("swin2sr", "Swin2SR x2 super-resolution (pixel shuffle), 64x64", "Swin2SRConfig", "Swin2SRForImageSuperResolution",
+    {}, res=64, field="reconstruction", eager=True)
 
 
 @_extra("resnext50_32x4d", "vision", "ResNeXt-50 32x4d (plain PyTorch; 4- to 32-channel groups)")
@@ -117,6 +121,16 @@ def _squeezenet10(gen):
     from .cnn import squeezenet10
 
     return squeezenet10(), _image(gen, 224), ""
+
+
+@_extra("timesformer_small", "vision", "TimeSformer, 384 wide, 6 layers, 8 frames of 224x224 (divided space-time attention)")
+def _timesformer(gen):
+    import torch
+    import transformers as tf
+
+    cfg = _eager(tf.TimesformerConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=6,
+                                      intermediate_size=1536, num_frames=8))
+    return tf.TimesformerModel(cfg), (torch.randn(1, 8, 3, 224, 224, generator=gen),), "last_hidden_state"
 
 
 @_extra("videomae_small", "vision", "VideoMAE, 384 wide, 6 layers, 8 frames of 224x224 (conv3d tubelets)")
@@ -144,6 +158,8 @@ def _audio(name: str, what: str, config: str, model: str, kw: dict, shape: tuple
 _audio("hubert_base", "HuBERT base, 1 s of 16 kHz audio", "HubertConfig", "HubertModel", {}, (1, 16000))
 _audio("wavlm_6l", "WavLM, 6 layers (gated relative position bias), 1 s", "WavLMConfig", "WavLMModel",
        dict(num_hidden_layers=6), (1, 16000))
+_audio("wav2vec2_conformer_6l", "Wav2Vec2-Conformer, 6 layers (relative attention, depthwise conv1d, GLU), 1 s",
+       "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel", dict(num_hidden_layers=6), (1, 16000))
 _audio("ast_6l", "Audio Spectrogram Transformer, 384 wide, 6 layers, 512 x 128 filterbank", "ASTConfig", "ASTModel",
        dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536, max_length=512),
        (1, 512, 128))

@@ -1,6 +1,6 @@
 """Canonicalization before fusion: inference-mode batch norm, conv1d as a conv2d of
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), conv3d as a conv2d
-over the output frames (``conv3d``), the two clips
+over the output frames (``conv3d``), a transposed conv2d as a conv2d (``conv_transpose``), the two clips
 of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
 mean or max over H and W (``global_pool``), a nearest resize to its own
 size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh form written out as one op
@@ -16,6 +16,7 @@ from tvm import relax
 
 from .conv1d import Conv1dToConv2d
 from .conv3d import Conv3dToConv2d
+from .conv_transpose import ConvTransposeToConv2d
 from .fold_affine import FoldAffineIntoAnchor
 from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
@@ -33,6 +34,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         relax.transform.DecomposeOpsForInference(),
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         Conv3dToConv2d(),  # likewise: a conv2d over the output frames
+        ConvTransposeToConv2d(),  # likewise: a 1x1 conv + depth to space, or a conv of the dilated input
         MergeClips(),
         GlobalPoolToReduce(),  # EfficientNet's AvgPool2d(1280, ceil_mode=True) head: a mean
         DropIdentityResize(),  # a nearest resize to its own size: the input
