@@ -47,3 +47,21 @@ def test_conv_transpose_runs_as_conv2d_and_matches_pytorch(cpu_target, n, c, h, 
     assert (np.isnan(got) == np.isnan(want)).all() and np.isnan(want).any()
     assert_close(got, want, rtol=1e-5, atol=1e-5, what="conv_transpose as conv2d")
 
+
+
+@pytest.mark.parametrize("c,o,w,k,s,p,op,g", [(6, 4, 50, 16, 8, 4, 0, 1), (5, 5, 13, 4, 2, 1, 1, 5), (3, 7, 9, 3, 3, 0, 0, 1)])
+def test_conv1d_transpose_runs_as_conv2d_with_its_epilogue(cpu_target, c, o, w, k, s, p, op, g):
+    """Vocoder upsampling (HiFi-GAN's k = 2s, EnCodec's): ConvTranspose1d + bias + LeakyReLU."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.ConvTranspose1d(c, o, k, stride=s, padding=p, output_padding=op, groups=g),
+                                torch.nn.LeakyReLU(0.1)).eval()
+    x = torch.randn(2, c, w)
+    x[1, 0, 3] = float("nan")
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = from_torch(model, (x,))
+    ops = _ops(Canonicalize()(mod))
+    assert not {"relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose"} & ops and "relax.nn.conv2d" in ops, ops
+    got = relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    assert (np.isnan(got) == np.isnan(want)).all() and np.isnan(want).any()
+    assert_close(got, want, rtol=1e-5, atol=1e-5, what="conv1d_transpose as conv2d")

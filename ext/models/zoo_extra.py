@@ -133,6 +133,16 @@ def _timesformer(gen):
     return tf.TimesformerModel(cfg), (torch.randn(1, 8, 3, 224, 224, generator=gen),), "last_hidden_state"
 
 
+@_extra("upernet_convnext_tiny", "vision", "UperNet with a ConvNeXt-T backbone (PPM + FPN), 150 classes, 256x256")
+def _upernet(gen):
+    import transformers as tf
+
+    backbone = tf.ConvNextConfig(out_features=["stage1", "stage2", "stage3", "stage4"], hidden_sizes=[96, 192, 384, 768],
+                                 depths=[3, 3, 9, 3])  # as lists: the backbone concatenates its default tuple to a list
+    return tf.UperNetForSemanticSegmentation(tf.UperNetConfig(backbone_config=backbone, num_labels=150)), \
+        _image(gen, 256), "logits"
+
+
 @_extra("videomae_small", "vision", "VideoMAE, 384 wide, 6 layers, 8 frames of 224x224 (conv3d tubelets)")
 def _videomae(gen):
     import torch
@@ -144,13 +154,12 @@ def _videomae(gen):
 
 
 # ----------------------------------------------------------------------------- audio
-def _audio(name: str, what: str, config: str, model: str, kw: dict, shape: tuple):
+def _audio(name: str, what: str, config: str, model: str, kw: dict, shape: tuple, field: str = "last_hidden_state"):
     def build(gen):
         import torch
         import transformers as tf
 
-        return getattr(tf, model)(_eager(getattr(tf, config)(**kw))), (torch.randn(*shape, generator=gen),), \
-            "last_hidden_state"
+        return getattr(tf, model)(_eager(getattr(tf, config)(**kw))), (torch.randn(*shape, generator=gen),), field
 
     _extra(name, "audio", what)(build)
 

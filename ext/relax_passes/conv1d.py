@@ -15,7 +15,8 @@ activations, ``clip``): each gets the 4-D twin of its input (the other operand
 gains the size-1 axis where it has one) and the 3-D value is a reshape of the 4-D
 result. A 3-D value is read only where a non-element-wise op needs it; unused
 reshapes go with dead-code elimination. A following conv1d reads the 4-D twin
-directly.
+directly. ``conv1d_transpose`` (``NCW``/``IOW``) becomes a ``conv2d_transpose`` the same way, for
+``ConvTransposeToConv2d`` to take next.
 """
 from __future__ import annotations
 
@@ -98,6 +99,24 @@ class _Conv1dToConv2d(PyExprMutator):
             out_layout=_with_h(out_layout), out_dtype=str(call.ty.dtype))
         return self._emit_twin(conv, oh, out3)
 
+    def _conv1d_transpose(self, call):
+        """``conv1d_transpose`` (``NCW``/``IOW``) as a ``conv2d_transpose`` with H = 1, which
+        ``ConvTransposeToConv2d`` then runs as a conv2d (vocoders' upsampling layers)."""
+        a = call.attrs
+        x3, w3, out3 = static_dims(call.args[0]), static_dims(call.args[1]), static_dims(call)
+        out_layout = str(a.out_layout) if a.out_layout else str(a.data_layout)
+        if None in (x3, w3, out3) or (str(a.data_layout), str(a.kernel_layout), out_layout) != ("NCW", "IOW", "NCW"):
+            return call
+        twin = self._twin(call.args[0])
+        x4 = twin[0] if twin is not None and twin[1] == 2 else relax.op.reshape(call.args[0], x3[:2] + [1] + x3[2:])
+        pad = [int(p) for p in a.padding]
+        left, right = (pad[0], pad[0]) if len(pad) == 1 else (pad[0], pad[1])
+        conv = relax.op.nn.conv2d_transpose(
+            x4, relax.op.reshape(call.args[1], w3[:2] + [1] + w3[2:]), strides=(1, int(a.strides[0])),
+            padding=(0, left, 0, right), output_padding=(0, int(a.output_padding[0])),
+            dilation=(1, int(a.dilation[0])), groups=int(a.groups), out_dtype=str(call.ty.dtype))
+        return self._emit_twin(conv, 2, out3)
+
     def _elementwise(self, call, op: str):
         out3 = static_dims(call)
         if out3 is None or len(out3) != 3:
@@ -125,6 +144,8 @@ class _Conv1dToConv2d(PyExprMutator):
         op = getattr(call.op, "name", None)
         if op == "relax.nn.conv1d":
             return self._conv1d(call)
+        if op == "relax.nn.conv1d_transpose":
+            return self._conv1d_transpose(call)
         if op in UNARY or op in BINARY:
             return self._elementwise(call, op)
         return call
