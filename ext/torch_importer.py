@@ -71,6 +71,22 @@ class Importer(ComplexFFT, ExportedProgramImporter):
         table["min.dim"] = self._min_dim
         return table
 
+    def _select(self, node):
+        """``x.select(dim, i)`` (``x[:, -1]``): the stock translation is ``take(x, i)`` with
+        ``i`` as written, and a negative ``i`` read before the tensor (``rnn(x)[0][:, -1]``
+        returned whatever memory held). A negative position counts from the end, as in Python."""
+        x, dim, index = self.env[node.args[0]], node.args[1], node.args[2]
+        if not isinstance(index, int) or index >= 0:
+            return super()._select(node)
+        size = x.ty.shape[dim % len(x.ty.shape)]
+        if isinstance(size, tvm.tirx.IntImm):
+            if index < -int(size):
+                raise IndexError(f"select: index {index} is out of range for a dimension of size {int(size)}")
+            return self.block_builder.emit(relax.op.take(x, relax.const(index + int(size), "int64"), dim))
+        end = index + 1 if index < -1 else 2**62  # strided_slice counts a negative begin from the end
+        row = self.block_builder.emit(relax.op.strided_slice(x, [dim], [index], [end]))
+        return self.block_builder.emit(relax.op.squeeze(row, [dim]))
+
     def _min_dim(self, node):
         """``torch.min(x, dim)``, which the stock table lacks: values and indices of the smallest
         top-1, as its ``max.dim`` takes the largest (values read alone become a ``min``:

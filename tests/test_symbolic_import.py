@@ -80,3 +80,41 @@ def test_symbolic_length_imports_and_matches_pytorch(module, cpu_target):
         got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
         assert got.shape == want.shape, (length, got.shape, want.shape)
         assert_close(got, want, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(want).max())), what=f"seq {length}")
+
+
+
+class LastSteps(torch.nn.Module):
+    """``y[:, -1]`` and ``y[:, -2]`` (a classifier on the last steps of a sequence): the stock
+    translation read before the tensor for a negative position."""
+
+    def __init__(self, rnn: bool):
+        super().__init__()
+        self.rnn = torch.nn.GRU(8, 16, batch_first=True) if rnn else None
+        self.fc = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        y = self.rnn(x)[0] if self.rnn is not None else self.fc(x)
+        return y[:, -1] * 2.0 + y[:, -2]
+
+
+def test_negative_select_after_a_gru(cpu_target):
+    torch.manual_seed(0)
+    net = LastSteps(rnn=True).eval()
+    x = torch.randn(2, 7, 8)
+    with torch.no_grad():
+        want = net(x).numpy()
+    vm = relax.VirtualMachine(ext.build(ext.frontend.from_torch(net, (x,)), cpu_target), tvm.cpu())
+    assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what="GRU last steps")
+
+
+def test_negative_select_on_a_symbolic_length(cpu_target):
+    torch.manual_seed(0)
+    net = LastSteps(rnn=False).eval()
+    seq = torch.export.Dim("seq", min=2, max=24)
+    mod = ext.frontend.from_torch(net, (torch.randn(1, 7, 8),), dynamic_shapes=({1: seq},))
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
+    for length in LENGTHS:
+        x = torch.randn(1, length, 8, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=f"seq {length}")
