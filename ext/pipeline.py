@@ -104,7 +104,9 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params
-                stage("weights", [rp.FoldConstants(), FoldRemainingConstants(), LiftWeightTransforms()]),
+                # one transform per weight (an unrolled RNN's steps share it), then folded
+                stage("weights", [relax.transform.EliminateCommonSubexpr(), relax.transform.DeadCodeElimination(),
+                                  rp.FoldConstants(), FoldRemainingConstants(), LiftWeightTransforms()]),
                 stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
                 # MarkNoAlias last: VMShapeLower's shape functions would cost every kernel its noalias

@@ -265,3 +265,30 @@ def test_operand_that_is_a_prim_value_folds_through_legalization():
     ex = tvm.compile(folded, TARGET)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.zeros(4, "int64"))).numpy()
     np.testing.assert_array_equal(got, np.arange(4) + 3)
+
+
+def test_an_unrolled_rnn_transforms_each_weight_once(cpu_target):
+    """The translator unrolls a GRU and transposes its weights at every step: each transpose
+    folded to a copy of its own and each copy packed (129 x 4 MB for a 2-layer LSTM of width 512
+    over 64 steps; 3.9 s of the build). After CSE before folding, one constant per weight."""
+    import torch
+    from ext.frontend import from_torch
+    from ext.relax_passes import Canonicalize
+
+    torch.manual_seed(0)
+    rnn = torch.nn.GRU(16, 32, num_layers=2, batch_first=True).eval()
+    x = torch.randn(1, 9, 16)
+    mod = from_torch(rnn, (x,))
+    seen = set()
+
+    def visit(e):
+        if isinstance(e, tvm.ir.expr.Constant) and hasattr(e.value, "numpy") and e.value.numpy().size >= 16 * 96:
+            seen.add(e)
+
+    relax.analysis.post_order_visit(Canonicalize()(mod)["main"], visit)
+    assert len(seen) <= 4, f"{len(seen)} weight constants for 4 weights"  # w_ih and w_hh of 2 layers
+    with torch.no_grad():
+        want = rnn(x)[0].numpy()
+    got = relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = got[0].numpy() if not hasattr(got, "numpy") else got.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -7,7 +7,7 @@ size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh 
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
 conv2d or matmul folded into its weight and bias (``fold_affine``), a top-1 whose indices nobody reads as a
-max reduction (``top_one``), common-subexpression elimination, bindings
+max reduction (``top_one``), common-subexpression elimination (also before folding), bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
@@ -40,6 +40,11 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         DropIdentityResize(),  # a nearest resize to its own size: the input
         DropIdentityCast(),  # a cast to its input's own dtype: the input
         RecognizeGeluTanh(),  # gelu_new written out: one op, an epilogue step
+        # the same op on the same constant, once: an unrolled LSTM transposes its weights at
+        # every step (129 transposes of 4 MB, each folded, copied and packed on its own); the
+        # aliases it leaves (``lv2 = lv1``) read through, or each would fold to a copy
+        relax.transform.EliminateCommonSubexpr(),
+        relax.transform.CanonicalizeBindings(),
         FoldConstants(),  # NumPy + one batched build; stock FoldConstant catches what is left
         FoldRemainingConstants(),
         UnflattenLinear(),
