@@ -26,6 +26,7 @@ decomposition ``from_torch`` runs itself first.
 """
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm_ffi import structural_equal
@@ -69,6 +70,8 @@ class Importer(ComplexFFT, ExportedProgramImporter):
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
             table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
         table["min.dim"] = self._min_dim
+        table["triu_indices.default"] = lambda node: self._tri_indices(node, np.triu_indices)
+        table["tril_indices.default"] = lambda node: self._tri_indices(node, np.tril_indices)
         return table
 
     def _select(self, node):
@@ -86,6 +89,18 @@ class Importer(ComplexFFT, ExportedProgramImporter):
         end = index + 1 if index < -1 else 2**62  # strided_slice counts a negative begin from the end
         row = self.block_builder.emit(relax.op.strided_slice(x, [dim], [index], [end]))
         return self.block_builder.emit(relax.op.squeeze(row, [dim]))
+
+    def _tri_indices(self, node, numpy_fn):
+        """``torch.triu_indices(row, col, offset)`` / ``tril_indices``: sizes known at export, so
+        the ``(2, n)`` index pairs are a constant (DLRM's feature-interaction gather)."""
+        row, col = node.args[0], node.args[1]
+        offset = node.args[2] if len(node.args) > 2 else node.kwargs.get("offset", 0)
+        if not all(isinstance(v, int) for v in (row, col, offset)):
+            raise ValueError(f"{node.target}: symbolic sizes are not supported (row={row}, col={col})")
+        import torch
+
+        dtype = self._convert_data_type(node.kwargs.get("dtype", torch.int64), self.env)
+        return relax.const(np.stack(numpy_fn(row, offset, col)).astype(dtype))
 
     def _min_dim(self, node):
         """``torch.min(x, dim)``, which the stock table lacks: values and indices of the smallest

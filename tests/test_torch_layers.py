@@ -176,3 +176,19 @@ def test_hf_decoder_with_a_padding_mask_and_a_batch(cpu_target):
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t.numpy()) for t in (ids, mask))).numpy()
     assert np.isnan(got).sum() == np.isnan(want).sum()
     assert_close(got, want, rtol=1e-4, atol=1e-4 * float(np.nanmax(np.abs(want))), what="GPT-2 with a padding mask")
+
+
+def test_triu_and_tril_indices_gather_pairwise_interactions(cpu_target):
+    """DLRM's feature interaction: the upper triangle of a batched Gram matrix, picked with
+    ``triu_indices`` (and ``tril_indices`` with an offset): the importer had neither."""
+    class Interact(torch.nn.Module):
+        def forward(self, feats):
+            gram = torch.bmm(feats, feats.transpose(1, 2))
+            up, low = torch.triu_indices(5, 5, 1), torch.tril_indices(5, 5, -2)
+            return torch.cat([gram[:, up[0], up[1]], gram[:, low[0], low[1]] * 0.5], 1)
+
+    x = torch.randn(3, 5, 7)
+    model = Interact().eval()
+    mod = ext.frontend.from_torch(model, (x,))
+    got = relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    assert_close(got, model(x).numpy(), rtol=1e-5, atol=1e-5, what="pairwise interactions")
