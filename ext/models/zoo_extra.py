@@ -196,3 +196,42 @@ _text("phi_6l", "Phi, 512 wide, 6 layers (partial rotary, parallel block)", "Phi
       dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
 _text("pythia_6l", "GPT-NeoX / Pythia, 512 wide, 6 layers", "GPTNeoXConfig", "GPTNeoXModel",
       dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
+
+
+# ----------------------------------------------------------------------------- plain PyTorch (stop 36)
+def _user(name: str, kind: str, what: str, factory: str, kw: dict, inputs):
+    """A ``user_nets`` model; ``inputs(gen)`` draws its input tuple."""
+    def build(gen):
+        from . import user_nets
+
+        return getattr(user_nets, factory)(**kw), inputs(gen), ""
+
+    _extra(name, kind, what)(build)
+
+
+def _ids(gen, n: int = 64, vocab: int = 10000):
+    import torch
+
+    return (torch.randint(0, vocab, (1, n), generator=gen),)
+
+
+def _recsys(gen):
+    import torch
+
+    return torch.randn(128, 13, generator=gen), torch.randint(0, 50000, (128, 8), generator=gen)
+
+
+_user("lstm_classifier", "text", "2-layer LSTM text classifier, 64 tokens, last step", "rnn_classifier",
+      dict(cell="lstm"), _ids)
+_user("gru_classifier", "text", "2-layer GRU text classifier, 64 tokens, last step", "rnn_classifier",
+      dict(cell="gru"), _ids)
+_user("dlrm", "text", "DLRM-style recommender: 8 embedding tables, pairwise interactions, batch 128", "dlrm", {},
+      _recsys)
+_user("style_net", "vision", "fast style transfer (reflection pads, instance norms, transposed convs), 256x256",
+      "style_net", {}, lambda gen: _image(gen, 256))
+_user("unet", "vision", "U-Net, width 32, 4 levels (2x2 transposed convs, skip concats), 256x256", "unet", {},
+      lambda gen: _image(gen, 256))
+_user("yolo_s", "vision", "YOLOv5s-shaped detector (CSP, SiLU, SPPF, nearest upsampling), 320x320", "yolo_s", {},
+      lambda gen: _image(gen, 320))
+_user("convmixer", "vision", "ConvMixer-512/12, 9x9 depthwise, patch 7", "convmixer", {},
+      lambda gen: _image(gen, 224))
