@@ -65,3 +65,18 @@ def test_conv1d_transpose_runs_as_conv2d_with_its_epilogue(cpu_target, c, o, w, 
     got = relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
     assert (np.isnan(got) == np.isnan(want)).all() and np.isnan(want).any()
     assert_close(got, want, rtol=1e-5, atol=1e-5, what="conv1d_transpose as conv2d")
+
+
+def test_a_symbolic_batch_runs_as_conv2d(cpu_target):
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.ConvTranspose2d(8, 4, 4, 2, 1), torch.nn.ReLU(),
+                                torch.nn.ConvTranspose2d(4, 3, 2, 2)).eval()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    mod = from_torch(model, (torch.randn(2, 8, 9, 7),), dynamic_shapes=({0: batch},))
+    assert "relax.nn.conv2d_transpose" not in _ops(Canonicalize()(mod))
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target), tvm.cpu())
+    for n in (1, 3):
+        x = torch.randn(n, 8, 9, 7)
+        with torch.no_grad():
+            want = model(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-5, what=f"batch {n}")

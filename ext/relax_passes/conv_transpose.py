@@ -20,8 +20,8 @@ own formulation, run by ext's conv2d kernels. The dilation's zeros cost ``s*s`` 
 products a scatter would do, far less time than the stock lowering all the same. Like the stock
 lowering (and any conv with zero padding), the zeros meet the weights: an infinite weight gives
 NaN (``0 * inf``) where PyTorch's scatter gives an infinity; a NaN in the input stays exactly
-where PyTorch has it. A dilated kernel, a non-NCHW layout, symbolic shapes and a padding above
-``k - 1`` keep the stock op.
+where PyTorch has it. A symbolic batch is fine; a dilated kernel, a non-NCHW layout, other
+symbolic sizes and a padding above ``k - 1`` keep the stock op.
 """
 from __future__ import annotations
 
@@ -63,11 +63,23 @@ def _dilated(x, w, dims, attrs, out_dtype):
     return relax.op.nn.conv2d(x, wt, padding=pad, groups=g, out_dtype=out_dtype)
 
 
+def _input_dims(x):
+    """``[N, C, H, W]`` with ``C, H, W`` ints and ``N`` an int or a symbolic size, or None."""
+    ty = getattr(x, "ty", None)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or len(ty.shape) != 4:
+        return None
+    n, *rest = ty.shape
+    if not all(hasattr(d, "value") for d in rest):
+        return None
+    return [int(n.value) if hasattr(n, "value") else n, *(int(d.value) for d in rest)]
+
+
 def as_conv2d(call: relax.Call):
-    """The conv2d form of a ``conv2d_transpose`` call (module doc), or None when it keeps the stock op."""
+    """The conv2d form of a ``conv2d_transpose`` call (module doc), or None when it keeps the stock op.
+    The batch may be symbolic; channels, sizes and the weight's shape must be known."""
     a = call.attrs
     x, w = call.args
-    dims = {"x": static_dims(x), "w": static_dims(w), "out": static_dims(call)}
+    dims = {"x": _input_dims(x), "w": static_dims(w)}
     layouts = (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout))
     if None in dims.values() or layouts != ("NCHW", "IOHW", "NCHW") or any(int(d) != 1 for d in a.dilation):
         return None
