@@ -79,9 +79,10 @@ class Importer(ComplexFFT, ExportedProgramImporter):
         ``i`` as written, and a negative ``i`` read before the tensor (``rnn(x)[0][:, -1]``
         returned whatever memory held). A negative position counts from the end, as in Python."""
         x, dim, index = self.env[node.args[0]], node.args[1], node.args[2]
-        if not isinstance(index, int) or index >= 0:
+        shape = getattr(x.ty, "shape", None)
+        if not isinstance(index, int) or index >= 0 or shape is None:
             return super()._select(node)
-        size = x.ty.shape[dim % len(x.ty.shape)]
+        size = shape[dim % len(shape)]
         if isinstance(size, tvm.tirx.IntImm):
             if index < -int(size):
                 raise IndexError(f"select: index {index} is out of range for a dimension of size {int(size)}")
