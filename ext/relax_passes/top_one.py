@@ -73,7 +73,7 @@ class _TopOne(PyExprMutator):
 def TopOneToReduce() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """Module pass: the values of a top-1 read alone become a reduction (module docstring)."""
     def run(mod, _ctx):
-        if not any(op_name(e) == "relax.topk" for e in _calls(mod)):
+        if not _has_topk(mod):
             return mod
         mod = relax.transform.DeadCodeElimination()(mutate_functions(_ReadFields(mod), mod))
         return mutate_functions(_TopOne(mod), mod)
@@ -81,12 +81,12 @@ def TopOneToReduce() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     return tvm.transform.module_pass(run, opt_level=0, name="ext.TopOneToReduce")
 
 
-def _calls(mod):
+def _has_topk(mod) -> bool:
     found = []
     for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(e, relax.Call) else None)
-    return found
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func, lambda e: found.append(1) if op_name(e) == "relax.topk" else None)
+    return bool(found)
 
 
 __all__ = ["TopOneToReduce"]
