@@ -7,7 +7,7 @@ size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh 
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
 conv2d or matmul folded into its weight and bias (``fold_affine``), a top-1 whose indices nobody reads as a
-max reduction (``top_one``), common-subexpression elimination (also before folding), bindings
+max reduction (``top_one``), float ``!=`` and negated comparisons true at NaN (``nan_compare``), common-subexpression elimination (also before folding), bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .gelu_tanh import RecognizeGeluTanh
 from .global_pool import GlobalPoolToReduce
 from .identity_resize import DropIdentityCast, DropIdentityResize
 from .merge_clips import MergeClips
+from .nan_compare import NaNSafeCompare
 from .slice_bounds import ProveSliceBounds
 from .top_one import TopOneToReduce
 from .unflatten_linear import UnflattenLinear
@@ -32,6 +33,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     return tvm.transform.Sequential([
         ProveSliceBounds(),  # before anything legalizes: a clamp's min() hides every shape after it
         relax.transform.DecomposeOpsForInference(),
+        NaNSafeCompare(),  # before anything fuses a negated float comparison into a kernel
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         Conv3dToConv2d(),  # likewise: a conv2d over the output frames
         ConvTransposeToConv2d(),  # likewise: a 1x1 conv + depth to space, or a conv of the dilated input

@@ -32,6 +32,15 @@ def op_name(expr) -> str:
     return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else ""
 
 
+def has_op(mod: tvm.IRModule, *names: str) -> bool:
+    """Whether a Relax function of ``mod`` calls one of the operators ``names``."""
+    found = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func, lambda e: found.append(1) if op_name(e) in names else None)
+    return bool(found)
+
+
 def var_uses(func: relax.Function) -> Counter:
     """How many times each variable is read by the bindings of ``func`` and its result."""
     count = Counter()

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .mutate import mutate_functions, op_name, var_uses
+from .mutate import has_op, mutate_functions, op_name, var_uses
 
 
 def _values_only(func: relax.Function) -> dict:
@@ -73,20 +73,12 @@ class _TopOne(PyExprMutator):
 def TopOneToReduce() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """Module pass: the values of a top-1 read alone become a reduction (module docstring)."""
     def run(mod, _ctx):
-        if not _has_topk(mod):
+        if not has_op(mod, "relax.topk"):
             return mod
         mod = relax.transform.DeadCodeElimination()(mutate_functions(_ReadFields(mod), mod))
         return mutate_functions(_TopOne(mod), mod)
 
     return tvm.transform.module_pass(run, opt_level=0, name="ext.TopOneToReduce")
-
-
-def _has_topk(mod) -> bool:
-    found = []
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function) and not found:
-            relax.analysis.post_order_visit(func, lambda e: found.append(1) if op_name(e) == "relax.topk" else None)
-    return bool(found)
 
 
 __all__ = ["TopOneToReduce"]

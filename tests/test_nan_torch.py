@@ -1,0 +1,79 @@
+"""PyTorch programs fed a NaN (and infinities) give NaN, infinities and values where PyTorch does.
+
+Each case is a small module whose answer at a NaN depends on a rule TVM's lowering gets wrong
+without ext's fix: float ``!=`` and negated comparisons (``relax_passes/nan_compare.py``), ...
+The input holds a NaN, a +inf and a -inf at fixed places; the check is exact on the non-finite
+positions and within 1e-5 of the largest magnitude elsewhere.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import ext
+from ext.frontend import from_torch
+
+F = torch.nn.functional
+CAUSAL = torch.ones(9, 9, dtype=torch.bool).tril()
+
+
+class Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *x):
+        return self.fn(*x)
+
+
+CASES = {
+    # the NaN test idiom and its negation: TVM's `!=` is ordered (false at NaN), `x == x` simplified to true
+    "x_ne_x": (lambda x: (x != x).float() + 2 * (x == x).float(), [(3, 7)]),
+    "ne_tensors": (lambda x, y: torch.ne(x, y).float() - (x <= y).logical_not().float() * 3, [(3, 7), (3, 7)]),
+    "not_less": (lambda x: (~(x < 0.5)).float() + (~(x >= 0)).float() * 2 + torch.logical_not(x > 1).float() * 4,
+                 [(4, 5)]),
+    # nanmean counts its elements with ~(x != x)
+    "nanmean": (lambda x: torch.nanmean(x, 0), [(5, 7)]),
+    # a query row of NaNs: the decomposed masked attention's "fully masked row" test read it as masked (zeros)
+    "sdpa_bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=CAUSAL),
+                       [(1, 2, 9, 8), (1, 2, 9, 8), (1, 2, 9, 8)]),
+}
+
+
+def _inputs(shapes, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(*s, generator=gen) for s in shapes]
+    flat = xs[0].view(-1)
+    flat[1], flat[-1] = float("nan"), float("inf")
+    if flat.numel() > 4:
+        flat[3] = float("-inf")
+    return xs
+
+
+def _run(model, inputs, target):
+    ex = ext.build(from_torch(model, inputs), target)
+    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
+    return out.numpy()
+
+
+def assert_same_specials(got, want, what: str):
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{what}: NaN positions")
+    np.testing.assert_array_equal(np.where(np.isinf(want), want, 0), np.where(np.isinf(got), got, 0),
+                                  err_msg=f"{what}: infinities")
+    fin = np.isfinite(want)
+    scale = max(float(np.abs(want[fin]).max()) if fin.any() else 1.0, 1e-30)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nan_answers_like_pytorch(cpu_target, name):
+    fn, shapes = CASES[name]
+    model = Call(fn).eval()
+    inputs = _inputs(shapes)
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    assert_same_specials(_run(model, inputs, cpu_target), want, name)
