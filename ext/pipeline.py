@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from . import relax_passes as rp
+from .relax_passes.nan_order import LowerArgExtremes
 from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.block_channels import BlockChannels, block_channels
 from .relax_passes.checked_take import CheckTakeIndices
@@ -107,7 +108,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 # one transform per weight (an unrolled RNN's steps share it), then folded
                 stage("weights", [relax.transform.EliminateCommonSubexpr(), relax.transform.DeadCodeElimination(),
                                   rp.FoldConstants(), FoldRemainingConstants(), LiftWeightTransforms()]),
-                stage("legalize", ([LowerElementwiseMath()] if cpu_target else []) + backend.legalize_passes(tgt)
+                stage("legalize", ([LowerElementwiseMath(), LowerArgExtremes()] if cpu_target else []) + backend.legalize_passes(tgt)
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
                 # MarkNoAlias last: VMShapeLower's shape functions would cost every kernel its noalias
                 stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt) + [MarkNoAlias()]),

@@ -1,7 +1,7 @@
 """PyTorch programs fed a NaN (and infinities) give NaN, infinities and values where PyTorch does.
 
 Each case is a small module whose answer at a NaN depends on a rule TVM's lowering gets wrong
-without ext's fix: float ``!=`` and negated comparisons (``relax_passes/nan_compare.py``), ...
+without ext's fix: float ``!=`` and negated comparisons (``relax_passes/nan_compare.py``), NaN as\nthe largest value in argmax/argmin, sorts and top-k (``relax_passes/nan_order.py``).
 The input holds a NaN, a +inf and a -inf at fixed places; the check is exact on the non-finite
 positions and within 1e-5 of the largest magnitude elsewhere.
 """
@@ -40,6 +40,13 @@ CASES = {
     # a query row of NaNs: the decomposed masked attention's "fully masked row" test read it as masked (zeros)
     "sdpa_bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=CAUSAL),
                        [(1, 2, 9, 8), (1, 2, 9, 8), (1, 2, 9, 8)]),
+    # TVM's argmax/argmin keep the best by `>`/`<`, which skips a NaN; its sorts compare with `<`
+    "argmax_argmin": (lambda x: torch.stack([x.argmax(1), x.argmin(1), x.argmax(0, keepdim=True)[0, :3],
+                                             x.argmin().expand(3)]).float(), [(3, 7)]),
+    "sort_argsort": (lambda x: torch.sort(x, 1)[0] + torch.sort(x, 0, descending=True)[1].float()
+                     + x.argsort(1).float(), [(3, 7)]),
+    "topk": (lambda x: torch.topk(x, 3, 1)[0] + torch.topk(x, 2, 1, largest=False)[1].float().sum(1, keepdim=True)
+             + torch.topk(x, 3, 1)[1].float(), [(3, 7)]),
 }
 
 

@@ -7,7 +7,7 @@ size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh 
 (``gelu_tanh``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
 conv2d or matmul folded into its weight and bias (``fold_affine``), a top-1 whose indices nobody reads as a
-max reduction (``top_one``), float ``!=`` and negated comparisons true at NaN (``nan_compare``), common-subexpression elimination (also before folding), bindings
+max reduction (``top_one``), float ``!=`` and negated comparisons true at NaN (``nan_compare``), sorts that put NaN last (``nan_order``), common-subexpression elimination (also before folding), bindings
 canonicalized (a tuple's known field read directly) and dead-code elimination."""
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .global_pool import GlobalPoolToReduce
 from .identity_resize import DropIdentityCast, DropIdentityResize
 from .merge_clips import MergeClips
 from .nan_compare import NaNSafeCompare
+from .nan_order import NaNLastSort
 from .slice_bounds import ProveSliceBounds
 from .top_one import TopOneToReduce
 from .unflatten_linear import UnflattenLinear
@@ -59,6 +60,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         relax.transform.RemoveRedundantReshape(),
         relax.transform.DeadCodeElimination(),
         TopOneToReduce(),  # torch.max(x, dim).values: a max, once the unread indices are gone
+        NaNLastSort(),  # the sorts left: NaN above every number
         # after the reshapes around linear layers are gone, constants folded and a decomposed
         # batch norm's tuple read through (and dropped: a second reader ends a chain)
         FoldAffineIntoAnchor(),

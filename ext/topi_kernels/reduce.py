@@ -181,3 +181,49 @@ def reduce_split(X: te.Tensor, kind: str, *, chunks: int, lanes: int, out_dtype:
     l2 = te.reduce_axis((_i64(0), _i64(lanes)), name="l2")
     acc = te.compute((_i64(O), _i64(1)), lambda o, i: _combine(kind, P[o, t2, l2], [t2, l2]), name="acc")
     return _finish(kind, R, acc, out_dtype or X.dtype, (_i64(O), _i64(1)))
+
+
+def arg_extreme(X: te.Tensor, axis: int | None, keepdims: bool, largest: bool) -> te.Tensor:
+    """``argmax`` (``largest``) / ``argmin`` of ``X`` over ``axis`` (all axes when None) as
+    PyTorch and NumPy count: a NaN is the extreme either way (the first NaN wins), ties go to the
+    first index, a row of -inf (+inf) gives 0. TVM's own reducer compares with ``>``, which a NaN
+    never passes: ``argmax([1, nan, 3])`` was 2. The comparisons are written so that none is
+    negated (the simplifier rewrites ``!(a < b)`` into ``b <= a``, which is false at NaN).
+    Returns int64 indices."""
+    shape = [int(d) for d in X.shape]
+    axes = list(range(len(shape))) if axis is None else [axis % len(shape)]
+    red = [te.reduce_axis((_i64(0), _i64(shape[a])), name=f"r{a}") for a in axes]
+
+    def combine(lhs, rhs):  # (index, value) pairs; rhs replaces lhs when it is the better one
+        li, lv = lhs
+        ri, rv = rhs
+        l_nan, r_nan = ew.isnan(lv), ew.isnan(rv)
+        beats = (rv > lv) if largest else (rv < lv)
+        tie = tirx.Or(rv == lv, tirx.And(l_nan, r_nan))
+        take = tirx.Or(tirx.Or(tirx.And(r_nan, tirx.Not(l_nan)), tirx.And(tirx.Not(l_nan), beats)),
+                       tirx.And(tie, ri < li))
+        return tirx.Select(take, ri, li), tirx.Select(take, rv, lv)
+
+    def ident(idx_t, val_t):
+        return tirx.max_value(str(idx_t)), identity("max" if largest else "min", val_t)
+
+    reducer = te.comm_reducer(combine, ident, name="nan_argmax" if largest else "nan_argmin")
+
+    def body(*out):
+        full, it, rit = [], iter(out), iter(red)
+        for a in range(len(shape)):
+            if a in axes:
+                full.append(next(rit))
+                if keepdims:
+                    next(it)
+            else:
+                full.append(next(it))
+        flat = _i64(0)
+        for a, r in zip(axes, red):
+            flat = flat * _i64(shape[a]) + r
+        return reducer((flat, X[tuple(full)]), axis=red)
+
+    out_shape = [(1 if a in axes else d) for a, d in enumerate(shape)] if keepdims else \
+        [d for a, d in enumerate(shape) if a not in axes]
+    idx, _ = te.compute([_i64(d) for d in out_shape], body, name="arg")
+    return idx
