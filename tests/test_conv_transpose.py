@@ -21,20 +21,25 @@ def _ops(mod) -> set[str]:
     return ops
 
 
-CASES = [  # (N, C, H, W, O, kernel, stride, padding, output_padding, groups, bias)
+CASES = [  # (N, C, H, W, O, kernel, stride, padding, output_padding, groups, bias[, dilation])
     (1, 16, 7, 9, 8, 4, 4, 0, 0, 1, True),     # DPT's reassemble x4: kernel == stride
     (2, 5, 6, 5, 3, 2, 2, 0, 0, 1, False),     # U-Net's up-conv
     (1, 6, 5, 7, 4, 4, 2, 1, 0, 1, True),      # GAN / FCN upsampling: k = 2s, padding 1
     (1, 4, 5, 5, 6, 3, 2, 1, 1, 2, True),      # output padding, 2 groups
     (1, 3, 4, 6, 5, (3, 2), (2, 1), (1, 0), 0, 1, True),  # uneven kernel and stride
     (1, 7, 5, 5, 7, 3, 1, 1, 0, 7, False),     # depthwise, stride 1
+    # dilated kernels: the stock lowering wrote the dilation's zeros into the kernel (a NaN spread)
+    (1, 4, 7, 6, 3, 3, 2, 1, 0, 1, True, 2),
+    (1, 2, 5, 5, 1, (3, 2), 1, 0, 0, 1, False, (2, 3)),
 ]
 
 
-@pytest.mark.parametrize("n,c,h,w,o,k,s,p,op,g,bias", CASES)
-def test_conv_transpose_runs_as_conv2d_and_matches_pytorch(cpu_target, n, c, h, w, o, k, s, p, op, g, bias):
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_conv_transpose_runs_as_conv2d_and_matches_pytorch(cpu_target, case):
+    n, c, h, w, o, k, s, p, op, g, bias, *dilation = case
     torch.manual_seed(0)
-    layer = torch.nn.ConvTranspose2d(c, o, k, stride=s, padding=p, output_padding=op, groups=g, bias=bias).eval()
+    layer = torch.nn.ConvTranspose2d(c, o, k, stride=s, padding=p, output_padding=op, groups=g, bias=bias,
+                                     dilation=dilation[0] if dilation else 1).eval()
     x = torch.randn(n, c, h, w)
     x[0, 0, 1, 2] = float("nan")
     with torch.no_grad():

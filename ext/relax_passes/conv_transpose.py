@@ -16,12 +16,14 @@ Any other stride, kernel, padding or output padding: the textbook equivalence, a
 conv2d of the input dilated by the stride (``s - 1`` zeros between pixels, made by a reshape of
 the input padded with a zero axis) with the flipped kernel, its in/out axes swapped per group,
 padded by ``k - 1 - p`` (plus the output padding at the bottom and right): the stock lowering's
-own formulation, run by ext's conv2d kernels. The dilation's zeros cost ``s*s`` times the
+own formulation, run by ext's conv2d kernels. A dilated kernel is a dilated conv2d, padded by
+``d * (k - 1) - p`` (the stock lowering wrote the dilation's zeros into the kernel, where they
+met a NaN of the input: NaN at outputs PyTorch computes from numbers). The dilation's zeros cost ``s*s`` times the
 products a scatter would do, far less time than the stock lowering all the same. Like the stock
 lowering (and any conv with zero padding), the zeros meet the weights: an infinite weight gives
 NaN (``0 * inf``) where PyTorch's scatter gives an infinity; a NaN in the input stays exactly
-where PyTorch has it. A symbolic batch is fine; a dilated kernel, a non-NCHW layout, other
-symbolic sizes and a padding above ``k - 1`` keep the stock op.
+where PyTorch has it. A symbolic batch is fine; a non-NCHW layout, other symbolic sizes and a padding
+above ``d * (k - 1)`` keep the stock op.
 """
 from __future__ import annotations
 
@@ -46,10 +48,12 @@ def _dilated(x, w, dims, attrs, out_dtype):
     N, C, H, W = dims["x"]
     _, Og, kh, kw = dims["w"]
     sh, sw = (int(s) for s in attrs.strides)
+    dh, dw = (int(d) for d in attrs.dilation)
     pt, pl, pb, pr = (int(p) for p in attrs.padding)
     oph, opw = (int(p) for p in attrs.output_padding)
     g = int(attrs.groups)
-    pad = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb + oph, kw - 1 - pr + opw)
+    eh, ew = dh * (kh - 1), dw * (kw - 1)  # the dilated kernel's reach
+    pad = (eh - pt, ew - pl, eh - pb + oph, ew - pr + opw)
     if min(pad) < 0:
         return None
     if (sh, sw) != (1, 1):  # s - 1 zeros after each pixel, the last pixel's dropped
@@ -60,7 +64,7 @@ def _dilated(x, w, dims, attrs, out_dtype):
     wt = relax.op.reshape(w, [g, C // g, Og, kh, kw])
     wt = relax.op.reshape(relax.op.permute_dims(wt, [0, 2, 1, 3, 4]), [g * Og, C // g, kh, kw])
     wt = relax.op.flip(relax.op.flip(wt, 2), 3)
-    return relax.op.nn.conv2d(x, wt, padding=pad, groups=g, out_dtype=out_dtype)
+    return relax.op.nn.conv2d(x, wt, padding=pad, dilation=(dh, dw), groups=g, out_dtype=out_dtype)
 
 
 def _input_dims(x):
@@ -81,11 +85,12 @@ def as_conv2d(call: relax.Call):
     x, w = call.args
     dims = {"x": _input_dims(x), "w": static_dims(w)}
     layouts = (str(a.data_layout), str(a.kernel_layout), str(a.out_layout or a.data_layout))
-    if None in dims.values() or layouts != ("NCHW", "IOHW", "NCHW") or any(int(d) != 1 for d in a.dilation):
+    if None in dims.values() or layouts != ("NCHW", "IOHW", "NCHW"):
         return None
     out_dtype = str(call.ty.dtype)
     _, _, kh, kw = dims["w"]
-    if ((kh, kw) == tuple(int(s) for s in a.strides) and not any(int(p) for p in a.padding)
+    if ((kh, kw) == tuple(int(s) for s in a.strides) and all(int(d) == 1 for d in a.dilation)
+            and not any(int(p) for p in a.padding)
             and not any(int(p) for p in a.output_padding) and int(a.groups) == 1):
         new = _blocks(x, w, dims, out_dtype)
     else:
