@@ -130,7 +130,9 @@ def test_library_dispatched_op_matches_stock(name):
     want = run_relax(tvm.compile(mod, tvm.target.Target({"kind": "llvm"})), x)
     for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list) else [want]):
         assert_matches(g, w, name)
-    (row,) = ext.last_report().find_stock(f"relax.{name}")
+    # a float sort reaches the library as an argsort on a NaN-last key (ext/relax_passes/nan_order.py)
+    dispatched = "argsort" if name == "sort" else name
+    (row,) = ext.last_report().find_stock(f"relax.{dispatched}")
     assert "library dispatch" in row.reason
 
 
