@@ -47,6 +47,14 @@ CASES = {
                      + x.argsort(1).float(), [(3, 7)]),
     "topk": (lambda x: torch.topk(x, 3, 1)[0] + torch.topk(x, 2, 1, largest=False)[1].float().sum(1, keepdim=True)
              + torch.topk(x, 3, 1)[1].float(), [(3, 7)]),
+    # TVM lowers max(a, b) to `a > b ? a : b`: a NaN `a` gave `b`
+    "maximum_minimum": (lambda x: torch.maximum(x, x.flip(-1)) + torch.minimum(x.flip(0), x)
+                        + torch.clamp(x, min=x.flip(-1) - 1), [(3, 7)]),
+    # softshrink decomposes to where(|x| > l, x - sign(x) l, x * 0): the simplifier folded x * 0 to 0
+    "softshrink_times_zero": (lambda x: F.softshrink(x, 0.3) + x * 0.0, [(3, 7)]),
+    # a row with a NaN has NaN as its median (the NaN's index); bucketize puts NaN past the end
+    "median": (lambda x: torch.stack([x.median(1)[0], x.median(1)[1].float(), x.median().expand(3)]), [(3, 7)]),
+    "bucketize": (lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0])).float(), [(3, 7)]),
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .bool_arith import BoolArithmetic
 from .conv1d import Conv1dToConv2d
 from .conv3d import Conv3dToConv2d
 from .conv_transpose import ConvTransposeToConv2d
@@ -35,6 +36,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         ProveSliceBounds(),  # before anything legalizes: a clamp's min() hides every shape after it
         relax.transform.DecomposeOpsForInference(),
         NaNSafeCompare(),  # before anything fuses a negated float comparison into a kernel
+        BoolArithmetic(),  # after it: the reflexive compares it rewrites leave bool products
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         Conv3dToConv2d(),  # likewise: a conv2d over the output frames
         ConvTransposeToConv2d(),  # likewise: a 1x1 conv + depth to space, or a conv of the dilated input

@@ -15,7 +15,11 @@ IEEE (and PyTorch) say every comparison with a NaN is false except ``!=``, which
 Here, on floating-point operands, ``not_equal(a, b)`` becomes ``isnan(a) | isnan(b) | (a != b)``
 and ``logical_not(cmp(a, b))`` becomes the opposite comparison ``| isnan(a) | isnan(b)``: what
 IEEE computes, in a form the simplifier leaves alone (LLVM folds it back to one unordered
-compare); ``x == x`` becomes ``~isnan(x)``. Integer comparisons are left as they are. A negation over a combination of
+compare); ``x == x`` becomes ``~isnan(x)``. ``maximum(a, b)`` / ``minimum`` of floats lower to
+``a > b ? a : b``, which answers ``b`` for a NaN ``a`` (``torch.maximum`` answers NaN from either
+side): they become ``isnan(a) ? a : maximum(a, b)``. A float times a constant 0 (a decomposed
+softshrink's "else 0" branch is ``x * 0``) is folded to 0 by the TIR simplifier, NaN and
+infinities too: it becomes ``isnan(x) | isinf(x) ? NaN : 0`` (the sign of a zero is not kept). Integer comparisons are left as they are. A negation over a combination of
 comparisons (``~(a < b & c < d)``) is not rewritten.
 """
 from __future__ import annotations
@@ -46,6 +50,16 @@ def _or_nan(cmp, a, b):
     return relax.op.logical_or(nan, cmp)
 
 
+def _times_zero(a, b):
+    """The tensor operand of ``a * b`` when the other is a one-element constant 0 that does not
+    widen the product; None otherwise."""
+    for x, c in ((a, b), (b, a)):
+        value = c.value.numpy() if isinstance(c, tvm.ir.expr.Constant) else None
+        if value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 0.0 and value.ndim <= len(x.ty.shape):
+            return x
+    return None
+
+
 @mutator
 class _Compare(PyExprMutator):
     def __init__(self, mod=None):
@@ -62,6 +76,15 @@ class _Compare(PyExprMutator):
         if name == "relax.not_equal" and _float_operands(call):
             a, b = call.args
             return _or_nan(relax.op.not_equal(a, b), a, b)
+        if name in ("relax.maximum", "relax.minimum") and _float_operands(call):
+            a = call.args[0]
+            return relax.op.where(relax.op.isnan(a), a, call)
+        if name == "relax.multiply" and _float_operands(call):
+            zero_times = _times_zero(*call.args)
+            if zero_times is not None:
+                dt = zero_times.ty.dtype
+                special = relax.op.logical_or(relax.op.isnan(zero_times), relax.op.isinf(zero_times))
+                return relax.op.where(special, relax.const(float("nan"), dt), relax.const(0.0, dt))
         if name in REFLEXIVE and call.args[0].same_as(call.args[1]) and _float_operands(call):
             return relax.op.logical_not(relax.op.isnan(call.args[0]))
         if name == "relax.logical_not":
@@ -76,7 +99,8 @@ class _Compare(PyExprMutator):
 def NaNSafeCompare() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """Module pass: float ``!=`` and negated comparisons as IEEE computes them (module doc)."""
     def run(mod, _ctx):
-        if not has_op(mod, "relax.not_equal", "relax.logical_not"):
+        if not has_op(mod, "relax.not_equal", "relax.logical_not", "relax.maximum", "relax.minimum", "relax.multiply",
+                       *REFLEXIVE):
             return mod
         return mutate_functions(_Compare(mod), mod)
 

@@ -1,0 +1,87 @@
+"""ATen ops ext translates itself (``ext/torch_ops.py``): each imports, builds and matches PyTorch.
+
+Without the translations every case below stops at import with TVM's "Unsupported function
+types"; the shapes are odd so that a wrong axis or a window rounding shows.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+import ext
+from ext.frontend import from_torch
+from ext.testing import assert_close
+
+F = torch.nn.functional
+
+
+class Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *x):
+        return self.fn(*x)
+
+
+CASES = {
+    "amax_amin": (lambda x: x.amax(1) - x.amin((0, 2), keepdim=True).squeeze(0).squeeze(-1) + x.amax(), [(3, 5, 5)]),
+    "prod_dim": (lambda x: (x * 0.5 + 1).prod(1) + (x + 1).prod(-1, keepdim=True).sum(1), [(3, 5)]),
+    "var_mean": (lambda x: torch.stack([*torch.var_mean(x, 1), *torch.var_mean(x, 1, correction=0),
+                                        torch.var_mean(x, (0, 1), keepdim=True)[0].expand(3, 1).squeeze(1)]),
+                 [(3, 7)]),
+    "fmax_fmin_nan": (lambda x, y: torch.fmax(x, y.masked_fill(y > 1, float("nan")))
+                      + torch.fmin(x.masked_fill(x < -1, float("nan")), y), [(4, 9), (4, 9)]),
+    "hypot": (lambda x, y: torch.hypot(x, y), [(5, 3), (3,)]),
+    "rrelu_eval": (lambda x: F.rrelu(x, 0.1, 0.3, training=False), [(4, 11)]),
+    "scatter_add": (lambda x: torch.zeros(4, 6).scatter_add(0, (x.abs() * 3).long().clamp(max=3), x), [(5, 6)]),
+    # Relax's clip takes a missing bound as an infinity, which an integer clip cannot lower
+    "int_clamp_one_side": (lambda x: (x * 10).long().clamp(min=-3) + (x * 10).long().clamp(max=2) * 10
+                           + (x * 10).int().clamp_max(4).long() * 100, [(3, 7)]),
+    "shifts": (lambda x: ((x * 100).long() >> 2) + ((x * 10).long() << 3), [(3, 7)]),
+    "logcumsumexp": (lambda x: torch.logcumsumexp(x * 30, 1), [(3, 11)]),
+    "adaptive_max_even": (lambda x: F.adaptive_max_pool2d(x, (2, 3)), [(1, 4, 8, 9)]),
+    "adaptive_max_uneven": (lambda x: F.adaptive_max_pool2d(x, (3, 4)), [(2, 3, 7, 10)]),
+    # SELU exports as ELU with scale 1.0507: the stock translation dropped the scale (5% off)
+    "elu_scaled": (lambda x: F.selu(x) + F.celu(x, 0.7) + F.elu(x, 1.3), [(4, 9)]),
+    "erfc_exp2": (lambda x: torch.special.erfc(x) + torch.exp2(x), [(3, 7)]),
+    "signbit_copysign": (lambda x: torch.signbit(torch.cat([x, -torch.zeros(1, 7)])).float()
+                         + torch.copysign(torch.cat([x, x[:1]]), -torch.cat([x, torch.zeros(1, 7)])), [(3, 7)]),
+    "dist": (lambda x, y: torch.stack([torch.dist(x, y), torch.dist(x, y, 1), torch.dist(x, y, float("inf")),
+                                       torch.dist(x, y, 3)]), [(3, 5), (5,)]),
+    "kthvalue": (lambda x: torch.kthvalue(x, 3, 1)[0] + torch.kthvalue(x, 2, 0, keepdim=True)[1].float().sum(), [(5, 7)]),
+    "median": (lambda x: x.median(1)[0] + x.median(1)[1].float() + x.median() + x[:, :6].median(1)[0], [(5, 7)]),
+    "searchsorted": (lambda x: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 2.0]), x).float()
+                     + torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5]), x, right=True).float() * 10, [(3, 7)]),
+    # bool operands of `*` and of comparisons: TVM's LLVM backend read them as floats and failed
+    "bool_arithmetic": (lambda x: torch.isfinite(x).float() + torch.count_nonzero(x > 0, 1).float()[:, None]
+                        + torch.isclose(x, x * 1.0000001).float() + torch.logaddexp(x, x.flip(-1)), [(3, 7)]),
+    "cdist": (lambda x, y: torch.cdist(x, y) + torch.cdist(x, y, p=1) + torch.cdist(x, y, p=float("inf"))
+              + torch.cdist(x, y, p=3), [(2, 5, 7), (2, 3, 7)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_imports_and_matches_pytorch(cpu_target, name):
+    fn, shapes = CASES[name]
+    torch.manual_seed(0)
+    inputs = [torch.randn(*s) for s in shapes]
+    model = Call(fn).eval()
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    ex = ext.build(from_torch(model, inputs), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{name}: NaN positions")
+    scale = max(float(np.abs(want[finite]).max()), 1e-30)
+    assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4 * scale, what=name)
+
+
+def test_adaptive_max_pool_indices_are_refused(cpu_target):
+    model = Call(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True)[1].float()).eval()
+    with pytest.raises(Exception, match="indices"):
+        from_torch(model, [torch.randn(1, 2, 7, 7)])
