@@ -23,6 +23,7 @@ import re
 
 from tvm import relax
 
+from .torch_complex import complex_constants_as_real
 from .torch_fixes import as_pytorch_computes, decompose, exportable_experts
 from .torch_importer import Importer
 
@@ -65,6 +66,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
         ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
+    complex_constants_as_real(ep)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
     except TypeError as err:

@@ -2,8 +2,7 @@
 
 Relax has no complex dtype, so FNet's token mixing (``torch.fft.fftn(x, dim=(1, 2)).real``,
 exported as ``_to_copy(x, complex64) -> _fft_c2c -> view_as_real -> select(-1, 0)``) did not
-import. A complex value is carried here as its real and imaginary parts (the imaginary part
-absent while it is zero), and a DFT along one axis of length ``N`` is two matmuls with the
+import. A complex value is carried as its real and imaginary parts (``torch_complex``), and a DFT along one axis of length ``N`` is two matmuls with the
 constant ``N x N`` cosine and sine matrices ``C[k, n] = cos(2 pi k n / N)``, ``S`` likewise:
 with ``F = C - i s S`` (``s = 1`` forward, ``-1`` inverse),
 ``(R + iI) F = (R C + s I S) + i (I C - s R S)``. ``view_as_real`` stacks the parts; when
@@ -17,8 +16,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-_COMPLEX = {"complex64": "float32", "complex128": "float64"}
-
+from .torch_complex import ComplexParts
 
 def _dft(n: int, dtype: str, scale: float) -> tuple:
     k = np.arange(n)
@@ -26,34 +24,12 @@ def _dft(n: int, dtype: str, scale: float) -> tuple:
     return (relax.const((np.cos(angle) * scale).astype(dtype)), relax.const((np.sin(angle) * scale).astype(dtype)))
 
 
-class ComplexFFT:
-    """Importer mixin (before ``ExportedProgramImporter`` in the bases): ``_to_copy`` to a complex
-    dtype, ``_fft_c2c``, ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) and ``view_as_real``;
+class ComplexFFT(ComplexParts):
+    """Importer mixin (before ``ExportedProgramImporter`` in the bases): ``_fft_c2c`` and
+    ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) on ``ComplexParts``' complex values;
     ``_fft_c2r`` (``irfft``) is not translated."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._parts: dict = {}  # fx node -> (real, imaginary or None)
-
-    def _record(self, node, real, imag):
-        """``node`` is the complex ``real + i imag``; every use must be one this mixin translates
-        (another op would read the real part alone: a silent wrong answer)."""
-        for user in node.users:
-            name = getattr(user.target, "__name__", str(user.target))
-            if name not in ("_fft_c2c.default", "view_as_real.default"):
-                raise NotImplementedError(f"{name} of the complex value {node.name}: only FFTs and view_as_real "
-                                          "of complex values import")
-        self._parts[node] = (real, imag)
-        return real
-
-    def _to_copy(self, node):
-        dtype = str(node.kwargs.get("dtype", "")).replace("torch.", "")
-        if dtype not in _COMPLEX:
-            return super()._to_copy(node)
-        x = self.env[node.args[0]]
-        real = x if str(x.ty.dtype) == _COMPLEX[dtype] else self.block_builder.emit(
-            relax.op.astype(x, _COMPLEX[dtype]))
-        return self._record(node, real, None)
+    complex_users = ComplexParts.complex_users | {"_fft_c2c.default"}
 
     def _along(self, x, axis: int, mat):
         """``x`` times ``mat`` along ``axis`` (``mat`` symmetric)."""
@@ -101,23 +77,5 @@ class ComplexFFT:
                                  for p in self._parts[node]))
         return self._parts[node][0]
 
-    def _view_as_real(self, node):
-        parts = self._parts.get(node.args[0])
-        if parts is None:
-            raise NotImplementedError(f"view_as_real of {node.args[0].name}: not a complex value this importer made")
-        real, imag = parts
-        rank = len(real.ty.shape)
-        if all(_reads_part(u, rank, 0) for u in node.users):  # ``.real``: the imaginary part goes unused
-            return self.block_builder.emit(relax.op.expand_dims(real, -1))
-        return self.block_builder.emit(relax.op.stack([real, relax.op.zeros_like(real) if imag is None else imag],
-                                                      axis=-1))
-
     def fft_converters(self) -> dict:
-        return {"_fft_c2c.default": self._fft_c2c, "_fft_r2c.default": self._fft_r2c,
-                "view_as_real.default": self._view_as_real}
-
-
-def _reads_part(user, rank: int, part: int) -> bool:
-    """``user`` is ``select(view_as_real(z), -1, part)``."""
-    return (getattr(user.target, "__name__", "") == "select.int" and len(user.args) == 3
-            and user.args[1] in (-1, rank) and user.args[2] == part)
+        return {"_fft_c2c.default": self._fft_c2c, "_fft_r2c.default": self._fft_r2c}

@@ -74,6 +74,7 @@ class Importer(ComplexFFT, ExtraOps, ExportedProgramImporter):
         table["min.dim"] = self._min_dim
         table["triu_indices.default"] = lambda node: self._tri_indices(node, np.triu_indices)
         table["tril_indices.default"] = lambda node: self._tri_indices(node, np.tril_indices)
+        table.update(self.complex_converters(table))  # last: wraps the entries above (torch_complex)
         return table
 
     def _select(self, node):

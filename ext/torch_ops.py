@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from tvm import relax
 
 
@@ -269,6 +270,68 @@ class ExtraOps:
         if whole:
             return self._emit(values)
         return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
+
+    def _index_put(self, node):
+        """``x[i0, i1, ...] = v`` (``index_put``, also ``index_add``/``index_copy`` decomposed):
+        index tensors for fewer axes than ``x`` has (``x[idx] = v``: the stock translation
+        required one per axis), full slices (None) anywhere, negative indices counted from the
+        end, and a bool mask with a one-element value (``x[x > 0] = 0``: a ``where``). Each
+        axis gets a full index tensor placed where PyTorch's indexing result puts it (the
+        broadcast index dimensions where the index tensors are when adjacent, first when not),
+        then Relax's ``index_put`` takes them all."""
+        x, indices, values = self.env[node.args[0]], list(node.args[1]), self.env[node.args[2]]
+        accumulate = bool(_arg(node, 3, "accumulate", False))
+        shape = [int(d) for d in x.ty.shape] if all(hasattr(d, "value") for d in x.ty.shape) else None
+        if shape is None:
+            return super()._index_put(node)
+        indices += [None] * (len(shape) - len(indices))
+        given = [j for j, i in enumerate(indices) if i is not None]
+        masks = [j for j in given if self.env[indices[j]].ty.dtype == "bool"]
+        if masks:
+            return self._masked_put(x, given, [self.env[indices[j]] for j in given], values, accumulate)
+        idx = {j: self._emit(self._wrapped_index(self.env[indices[j]], shape[j])) for j in given}
+        batch = list(np.broadcast_shapes(*[tuple(int(d) for d in idx[j].ty.shape) for j in given]))
+        adjacent = given == list(range(given[0], given[-1] + 1))
+        front = given[0] if adjacent else 0  # where the broadcast index dimensions go
+        rest = [j for j in range(len(shape)) if j not in idx]
+        axes = ([(j, pos) for j, pos in zip(rest, [*range(front), *range(front + len(batch), len(shape) + len(batch))])]
+                if adjacent else [(j, len(batch) + k) for k, j in enumerate(rest)])
+        rank = len(shape) - len(given) + len(batch)
+        full = {}
+        for j in given:
+            dims = [int(d) for d in idx[j].ty.shape]
+            full[j] = relax.op.reshape(idx[j], [1] * front + [1] * (len(batch) - len(dims)) + dims
+                                       + [1] * (rank - front - len(batch)))
+        for j, pos in axes:
+            full[j] = relax.op.reshape(relax.op.arange(0, shape[j], 1, "int64"), [1] * pos + [shape[j]] + [1] * (rank - pos - 1))
+        out_shape = [1] * rank
+        for j, pos in axes:
+            out_shape[pos] = shape[j]
+        out_shape[front:front + len(batch)] = batch
+        values = relax.op.broadcast_to(relax.op.astype(values, x.ty.dtype), out_shape)
+        indices = relax.Tuple([self._emit(full[j]) for j in range(len(shape))])
+        return self._emit(relax.op.index_put(x, indices, self._emit(values), accumulate))
+
+    def _wrapped_index(self, index, size: int):
+        """An integer index tensor with its negative entries counted from the end."""
+        index = relax.op.astype(index, "int64") if index.ty.dtype != "int64" else index
+        return relax.op.where(relax.op.less(index, relax.const(0, "int64")),
+                              relax.op.add(index, relax.const(size, "int64")), index)
+
+    def _masked_put(self, x, given, indices, values, accumulate):
+        """``x[mask] = v`` with one bool mask over consecutive leading-or-inner axes and a
+        one-element ``v``: ``where(mask, v, x)`` (``x + where(mask, v, 0)`` accumulating). A
+        value per selected element depends on the data and is refused."""
+        if len(given) != 1 or int(np.prod([int(d) for d in values.ty.shape])) != 1:
+            raise NotImplementedError("index_put with a bool mask: only one mask and a single value import "
+                                      "(x[mask] = v); a value per selected element depends on the data")
+        mask, axis = indices[0], given[0]
+        trailing = len(x.ty.shape) - axis - len(mask.ty.shape)
+        mask = relax.op.reshape(mask, [int(d) for d in mask.ty.shape] + [1] * trailing) if trailing else mask
+        value = relax.op.reshape(relax.op.astype(values, x.ty.dtype), [])
+        if accumulate:
+            return self._emit(relax.op.add(x, relax.op.where(mask, value, relax.const(0, x.ty.dtype))))
+        return self._emit(relax.op.where(mask, value, x))
 
     def _cdist(self, node):
         """``cdist(x1 (.., M, D), x2 (.., N, D), p)``: ``(sum |x1_i - x2_j|^p)^(1/p)``, computed

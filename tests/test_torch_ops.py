@@ -27,6 +27,12 @@ class Call(torch.nn.Module):
         return self.fn(*x)
 
 
+def _put(x, index, value):
+    y = x.clone()
+    y[index] = value
+    return y
+
+
 CASES = {
     "amax_amin": (lambda x: x.amax(1) - x.amin((0, 2), keepdim=True).squeeze(0).squeeze(-1) + x.amax(), [(3, 5, 5)]),
     "prod_dim": (lambda x: (x * 0.5 + 1).prod(1) + (x + 1).prod(-1, keepdim=True).sum(1), [(3, 5)]),
@@ -59,6 +65,18 @@ CASES = {
     # bool operands of `*` and of comparisons: TVM's LLVM backend read them as floats and failed
     "bool_arithmetic": (lambda x: torch.isfinite(x).float() + torch.count_nonzero(x > 0, 1).float()[:, None]
                         + torch.isclose(x, x * 1.0000001).float() + torch.logaddexp(x, x.flip(-1)), [(3, 7)]),
+    # x[idx] = v with fewer index tensors than axes: the stock index_put required one per axis
+    "index_put_rows": (lambda x: _put(x, (torch.tensor([0, -1, 2]),), x[:3] * 3), [(5, 7)]),
+    "index_put_inner": (lambda x: _put(x, (slice(None), torch.tensor([[1], [-2]])), 2.5), [(3, 6, 4)]),
+    "index_put_split": (lambda x: _put(x, (torch.tensor([2, 0]), slice(None), torch.tensor([1, 3])), x[0, :, :2].T),
+                        [(3, 5, 4)]),
+    "index_add_copy": (lambda x: torch.zeros(4, 7).index_add(0, torch.tensor([0, 3, 3, 1, 0]), x)
+                       + torch.zeros(7, 5).index_copy(0, torch.tensor([6, 0, 2, 3, 1]), x[:, :5]).sum(0)[:4, None],
+                       [(5, 7)]),
+    "index_put_accumulate": (lambda x: torch.zeros(5, 7).index_put((torch.tensor([0, 2, 2]),), x[:3], accumulate=True),
+                             [(5, 7)]),
+    "masked_put": (lambda x: _put(x, (x > 0.5,), 0.0) + _put(x, (x[:, 0] > 0,), -1.0) + _put(x, (slice(None), x[0] < 0), 3.0),
+                   [(4, 6)]),
     "cdist": (lambda x, y: torch.cdist(x, y) + torch.cdist(x, y, p=1) + torch.cdist(x, y, p=float("inf"))
               + torch.cdist(x, y, p=3), [(2, 5, 7), (2, 3, 7)]),
 }
