@@ -6,11 +6,14 @@ value is its real part. The ops below act on the pairs:
 
 * made complex: ``_to_copy`` to a complex dtype, ``view_as_complex`` (the last axis of 2 holds
   the parts), ``polar(abs, angle)``, and the FFTs of ``torch_fft``;
-* element-wise: ``mul``/``add``/``sub`` of complex and real operands or Python numbers, ``abs``
-  (the magnitude, a real tensor), ``conj``;
-* layout, applied to each part by the stock translation: ``view``/``reshape``, ``unsqueeze``,
-  ``squeeze``, ``expand``, ``permute``, ``transpose``, ``slice``, ``select``, ``clone``, ``cat``
-  of complex tensors;
+* element-wise: ``mul``/``add``/``sub`` of complex and real operands or Python numbers, ``div``
+  by a real operand, ``abs`` (the magnitude, a real tensor), ``conj``, ``full_like`` /
+  ``zeros_like``;
+* linear, applied to each part by the stock translation: layout (``view``/``reshape``,
+  ``unsqueeze``, ``squeeze``, ``expand``, ``permute``, ``transpose``, ``slice``, ``select``,
+  ``index``, ``flip``, ``roll``, ``repeat``, ``cat``/``stack``), ``neg``, ``sum``, ``mean`` and a
+  zero ``constant_pad_nd``; ``einsum``/``matmul``/``bmm`` of two complex operands as four real
+  products (Fourier neural operators' spectral weights);
 * made real again: ``view_as_real`` (stacks the parts; ``.real`` reads the real part alone).
 
 Rotary position embeddings written with complex numbers (Meta's Llama reference code:
@@ -27,7 +30,11 @@ COMPLEX_DTYPES = {"complex64": "float32", "complex128": "float64"}
 #: ops whose complex operands are mapped part by part with the stock translation
 LAYOUT = ("view.default", "reshape.default", "_unsafe_view.default", "unsqueeze.default", "squeeze.dim",
           "squeeze.dims", "squeeze.default", "expand.default", "permute.default", "transpose.int",
-          "slice.Tensor", "select.int", "clone.default", "alias.default", "contiguous.default")
+          "slice.Tensor", "select.int", "clone.default", "alias.default", "contiguous.default",
+          "cat.default", "stack.default", "flip.default", "roll.default", "repeat.default", "index.Tensor",
+          "neg.default", "sum.dim_IntList", "mean.dim", "constant_pad_nd.default")
+#: ops linear in each of two operands: with both complex, four real products
+BILINEAR = ("einsum.default", "matmul.default", "bmm.default", "mm.default")
 ARITHMETIC = ("mul.Tensor", "mul.Scalar", "add.Tensor", "sub.Tensor")
 
 
@@ -36,8 +43,8 @@ class ComplexParts:
     part pairs and the ops in the module doc. ``complex_users`` lists what may read one."""
 
     #: ATen names allowed to read a complex value (a subclass such as ``ComplexFFT`` adds its own)
-    complex_users = frozenset(LAYOUT + ARITHMETIC + ("cat.default", "abs.default", "_conj.default",
-                                                      "conj_physical.default", "view_as_real.default"))
+    complex_users = frozenset(LAYOUT + BILINEAR + ARITHMETIC + ("div.Tensor", "full_like.default", "abs.default", "_conj.default",
+                                                                 "conj_physical.default", "view_as_real.default"))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -140,6 +147,12 @@ class ComplexParts:
         complex_args = [a for a in _node_args(node) if a in self._parts]
         if not complex_args:
             return stock(node)
+        name = node.target.__name__
+        if name == "constant_pad_nd.default" and _arg(node, 2, "value", 0) != 0:
+            raise NotImplementedError(f"constant_pad_nd of the complex value {complex_args[0].name} with a "
+                                      "nonzero fill: it does not import")
+        if name in BILINEAR and len(complex_args) == 2:
+            return self._bilinear(node, stock, *complex_args)
         saved = {a: self.env[a] for a in complex_args}
         real = stock(node)
         if all(self._parts[a][1] is None for a in complex_args):
@@ -151,13 +164,55 @@ class ComplexParts:
         self.env.update(saved)
         return self._record(node, real, imag)
 
+    def _bilinear(self, node, stock, a, b):
+        """``(ar + i ai) (br + i bi)`` through ``stock``: ``ar br - ai bi`` and ``ar bi + ai br``."""
+        saved = {a: self.env[a], b: self.env[b]}
+        (ar, ai), (br, bi) = self._parts[a], self._parts[b]
+
+        def product(x, y):
+            self.env[a], self.env[b] = x, y
+            return stock(node)
+
+        real, imag = product(ar, br), None
+        if ai is not None and bi is not None:
+            real = self._emit(relax.op.subtract(real, product(ai, bi)))
+        terms = ([product(ar, bi)] if bi is not None else []) + ([product(ai, br)] if ai is not None else [])
+        if terms:
+            imag = terms[0] if len(terms) == 1 else self._emit(relax.op.add(*terms))
+        self.env.update(saved)
+        return self._record(node, real, imag)
+
+    def _complex_divide(self, node, stock):
+        """A complex value divided by a real tensor or number: each part divided."""
+        a, b = node.args[:2]
+        if a not in self._parts and b not in self._parts:
+            return stock(node)
+        if b in self._parts:
+            raise NotImplementedError(f"div by the complex value {b.name}: it does not import")
+        real, imag = self._parts[a]
+        divisor = self._operand(b, real)[0]
+        return self._record(node, self._emit(relax.op.divide(real, divisor)),
+                            None if imag is None else self._emit(relax.op.divide(imag, divisor)))
+
+    def _complex_full_like(self, node, stock):
+        """``full_like`` (``zeros_like``) of a complex value: a real fill (imaginary part zero)."""
+        parts = self._parts.get(node.args[0])
+        if parts is None:
+            return stock(node)
+        value = complex(node.args[1])
+        real = parts[0]
+        imag = None if value.imag == 0 else self._emit(relax.op.full_like(real, relax.const(value.imag, str(real.ty.dtype))))
+        return self._record(node, self._emit(relax.op.full_like(real, relax.const(value.real, str(real.ty.dtype)))), imag)
+
     def complex_converters(self, table: dict) -> dict:
         """Entries for the importer's table, wrapping the stock ones in ``table``."""
         out = {"view_as_complex.default": self._view_as_complex, "polar.default": self._polar,
                "view_as_real.default": self._view_as_real}
-        for name in LAYOUT + ("cat.default",):
+        for name in LAYOUT + BILINEAR:
             if name in table:
                 out[name] = lambda node, stock=table[name]: self._part_wise(node, stock)
+        out["div.Tensor"] = lambda node, stock=table["div.Tensor"]: self._complex_divide(node, stock)
+        out["full_like.default"] = lambda node, stock=table["full_like.default"]: self._complex_full_like(node, stock)
         for name in ARITHMETIC:
             if name in table:
                 out[name] = lambda node, stock=table[name]: self._complex_arithmetic(node, stock)
@@ -211,6 +266,10 @@ def complex_constants_as_real(ep) -> None:
         read.meta["val"] = complex_val
         node.replace_all_uses_with(read, delete_user_cb=lambda user: user is not read)
     ep.graph_module.recompile()
+
+
+def _arg(node, i: int, name: str, default=None):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _reads_part(user, rank: int, part: int) -> bool:

@@ -2,8 +2,9 @@
 
 Relax has no complex dtype, so FNet's token mixing (``torch.fft.fftn(x, dim=(1, 2)).real``,
 exported as ``_to_copy(x, complex64) -> _fft_c2c -> view_as_real -> select(-1, 0)``) did not
-import. A complex value is carried as its real and imaginary parts (``torch_complex``), and a DFT along one axis of length ``N`` is two matmuls with the
-constant ``N x N`` cosine and sine matrices ``C[k, n] = cos(2 pi k n / N)``, ``S`` likewise:
+import. A complex value is carried as its real and imaginary parts (``torch_complex``), and a
+DFT along one axis of length ``N`` is two matmuls with the constant ``N x N`` cosine and sine
+matrices ``C[k, n] = cos(2 pi k n / N)``, ``S`` likewise:
 with ``F = C - i s S`` (``s = 1`` forward, ``-1`` inverse),
 ``(R + iI) F = (R C + s I S) + i (I C - s R S)``. ``view_as_real`` stacks the parts; when
 every use reads the real part only (``.real``), the imaginary part is never computed.
@@ -25,14 +26,14 @@ def _dft(n: int, dtype: str, scale: float) -> tuple:
 
 
 class ComplexFFT(ComplexParts):
-    """Importer mixin (before ``ExportedProgramImporter`` in the bases): ``_fft_c2c`` and
-    ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) on ``ComplexParts``' complex values;
-    ``_fft_c2r`` (``irfft``) is not translated."""
+    """Importer mixin (before ``ExportedProgramImporter`` in the bases): ``_fft_c2c``,
+    ``_fft_r2c`` (``fft``/``rfft`` of a real tensor) and ``_fft_c2r`` (``irfft``: the inverse
+    of a one-sided spectrum, real) on ``ComplexParts``' complex values."""
 
-    complex_users = ComplexParts.complex_users | {"_fft_c2c.default"}
+    complex_users = ComplexParts.complex_users | {"_fft_c2c.default", "_fft_c2r.default"}
 
     def _along(self, x, axis: int, mat):
-        """``x`` times ``mat`` along ``axis`` (``mat`` symmetric)."""
+        """``x`` contracted with ``mat[k, t]`` along ``axis`` (``k``: the axis' index)."""
         bb, rank = self.block_builder, len(x.ty.shape)
         perm = [i for i in range(rank) if i != axis] + [axis]
         y = bb.emit(relax.op.matmul(bb.emit(relax.op.permute_dims(x, perm)), mat))
@@ -77,5 +78,31 @@ class ComplexFFT(ComplexParts):
                                  for p in self._parts[node]))
         return self._parts[node][0]
 
+    def _fft_c2r(self, node):
+        """``irfft``: inverse transforms over all but the last of ``dims``, then the real signal
+        of length ``n`` from the ``K`` one-sided bins of the last: ``y[t] = sum_k w_k (R_k
+        cos(2 pi k t / n) - I_k sin(2 pi k t / n))``, ``w`` 1 for the zero (and, n even, the
+        middle) bin and 2 for the bins that stand for a conjugate pair; the imaginary parts of
+        those 1-weighted bins drop out, as in PyTorch."""
+        src, dims, norm, n = node.args
+        parts = self._parts.get(src)
+        if parts is None:
+            raise NotImplementedError(f"_fft_c2r of {src.name}: only inverse FFTs of FFTs or complex values import")
+        real, imag = parts
+        if len(dims) > 1:
+            self._transform(node, real, imag, dims[:-1], norm, False)
+            real, imag = self._parts.pop(node)
+        axis = dims[-1] % len(real.ty.shape)
+        bins = int(real.ty.shape[axis].value)
+        k, t = np.arange(bins)[:, None], np.arange(n)[None, :]
+        weight = np.where((k == 0) | (2 * k == n), 1.0, 2.0) * {0: 1.0, 1: 1.0 / np.sqrt(n), 2: 1.0 / n}[int(norm)]
+        dtype = str(real.ty.dtype)
+        angle = 2 * np.pi * k * t / n
+        out = self._along(real, axis, relax.const((weight * np.cos(angle)).astype(dtype)))
+        if imag is not None:
+            out = self.block_builder.emit(relax.op.subtract(
+                out, self._along(imag, axis, relax.const((weight * np.sin(angle)).astype(dtype)))))
+        return out
+
     def fft_converters(self) -> dict:
-        return {"_fft_c2c.default": self._fft_c2c, "_fft_r2c.default": self._fft_r2c}
+        return {"_fft_c2c.default": self._fft_c2c, "_fft_r2c.default": self._fft_r2c, "_fft_c2r.default": self._fft_c2r}

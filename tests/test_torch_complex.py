@@ -54,10 +54,39 @@ class Arithmetic(torch.nn.Module):
         return torch.cat([torch.view_as_real(torch.cat([c, a], -1)).flatten(-2), c.abs(), torch.fft.fft(x).abs()], -1)
 
 
+class SpectralConv(torch.nn.Module):
+    """A Fourier neural operator layer: rfft, a complex weight on the low modes, irfft."""
+
+    def __init__(self, channels: int, modes: int):
+        super().__init__()
+        self.modes = modes
+        self.weight = torch.nn.Parameter(torch.randn(channels, channels, modes, dtype=torch.cfloat) / channels)
+
+    def forward(self, x):
+        spectrum = torch.fft.rfft(x, norm="ortho")
+        low = spectrum[:, :, : self.modes]
+        mixed = (low[:, :, None] * self.weight[None]).sum(1) + torch.einsum("bim,iom->bom", low, self.weight) / 2
+        high = torch.zeros_like(spectrum[:, :, self.modes:])
+        return torch.fft.irfft(torch.cat([mixed, high], -1), n=x.shape[-1], norm="ortho") + x
+
+
+class Lambda(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *x):
+        return self.fn(*x)
+
+
 CASES = {
     "rope_computed": (RopeComputed, [(2, 5, 3, 8)]),
     "rope_buffer": (lambda: RopeBuffer(12), [(2, 7, 3, 12)]),
     "arithmetic": (Arithmetic, [(3, 10), (3, 10)]),
+    # irfft (``_fft_c2r``): FNO's spectral convolution, odd and even lengths, 2-D
+    "spectral_conv": (lambda: SpectralConv(3, 4), [(2, 3, 15)]),
+    "irfft2": (lambda: Lambda(lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 2, s=x.shape[-2:])
+                              + torch.fft.irfft(torch.fft.rfft(x), n=10)[..., :7]), [(2, 5, 7)]),
 }
 
 
@@ -81,3 +110,4 @@ def test_unsupported_op_on_a_complex_value_is_named():
 
     with pytest.raises(Exception, match="exp.default of the complex value"):
         from_torch(Exp().eval(), (torch.randn(2, 6),))
+
