@@ -22,6 +22,14 @@ def _dims(arg) -> list | None:
     return list(arg) if isinstance(arg, (list, tuple)) else [arg]
 
 
+def _triple(value, default) -> list:
+    """A 3-D conv argument (an int or a list of one or three) as three ints."""
+    if value is None:
+        value = default
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [int(v) for v in (value * 3 if len(value) == 1 else value)]
+
+
 def _arg(node, i: int, name: str, default=None):
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
@@ -55,6 +63,8 @@ class ExtraOps:
             "logcumsumexp.default": self._logcumsumexp,
             "adaptive_max_pool2d.default": self._adaptive_max_pool2d,
             "_cdist_forward.default": self._cdist,
+            "_trilinear.default": self._trilinear,
+            "unfold.default": self._unfold_windows,
             "elu.default": self._elu,
             "erfc.default": lambda node: self._unary(node, lambda x: relax.op.subtract(
                 relax.const(1.0, x.ty.dtype), relax.op.erf(x))),
@@ -332,6 +342,65 @@ class ExtraOps:
         if accumulate:
             return self._emit(relax.op.add(x, relax.op.where(mask, value, relax.const(0, x.ty.dtype))))
         return self._emit(relax.op.where(mask, value, x))
+
+    def _convolution(self, node):
+        """A transposed 3-D convolution (3-D U-Nets' up-convolutions; the stock translation took
+        1-D and 2-D only) as the textbook stride-1 ``conv3d`` of the input dilated by the stride,
+        with the flipped kernel, its in/out axes swapped per group, padded by ``d (k - 1) - p``
+        (plus the output padding after): ext's conv3d path then runs it. Others: stock."""
+        args = list(node.args) + [None] * (9 - len(node.args))
+        x = self.env[args[0]]
+        if not args[6] or len(x.ty.shape) != 5:
+            return super()._convolution(node)
+        w = self.env[args[1]]
+        bias = self.env[args[2]] if args[2] is not None else None
+        stride, padding, dilation, out_pad = (_triple(a, dflt) for a, dflt in
+                                              ((args[3], 1), (args[4], 0), (args[5], 1), (args[7], 0)))
+        groups = args[8] or 1
+        N, C, *size = (int(d) for d in x.ty.shape)
+        _, Og, *k = (int(d) for d in w.ty.shape)
+        lo = [d * (kk - 1) - p for d, kk, p in zip(dilation, k, padding)]
+        if min(lo) < 0:
+            raise NotImplementedError(f"conv_transpose3d with padding {padding} above the dilated kernel's reach")
+        if stride != [1, 1, 1]:  # s - 1 zeros after each voxel, the last voxel's dropped
+            spread = relax.op.reshape(x, [N, C, size[0], 1, size[1], 1, size[2], 1])
+            spread = relax.op.nn.pad(spread, [0, 0] * 3 + [0, stride[0] - 1, 0, 0, 0, stride[1] - 1, 0, 0,
+                                                            0, stride[2] - 1])
+            spread = relax.op.reshape(spread, [N, C] + [n * st for n, st in zip(size, stride)])
+            x = relax.op.strided_slice(spread, [2, 3, 4], [0, 0, 0], [(n - 1) * st + 1 for n, st in zip(size, stride)])
+        kernel = relax.op.flip(relax.op.flip(relax.op.flip(w, 2), 3), 4)
+        kernel = relax.op.reshape(relax.op.permute_dims(relax.op.reshape(kernel, [groups, C // groups, Og, *k]),
+                                                        [0, 2, 1, 3, 4, 5]), [groups * Og, C // groups, *k])
+        y = relax.op.nn.conv3d(x, kernel, strides=1, padding=lo + [a + b for a, b in zip(lo, out_pad)],
+                               dilation=dilation, groups=groups)
+        if bias is not None:
+            y = relax.op.add(y, relax.op.reshape(bias, [1, -1, 1, 1, 1]))
+        return self._emit(y)
+
+    def _trilinear(self, node):
+        """``_trilinear(a, b, c, expand_a, expand_b, expand_c, sum_dims)`` (``nn.Bilinear``): each
+        operand takes the axes of a common rank that its ``expand`` list does not name; the
+        product of the three, summed over ``sum_dims``, as one einsum."""
+        operands = [self.env[n] for n in node.args[:3]]
+        expands, sum_dims = node.args[3:6], set(node.args[6])
+        rank = len(operands[0].ty.shape) + len(expands[0])
+        letters = "abcdefghijklmnopqrstuvwxyz"[:rank]
+        terms = ["".join(letters[d] for d in range(rank) if d not in set(e)) for e in expands]
+        out = "".join(letters[d] for d in range(rank) if d not in sum_dims)
+        return self._emit(relax.op.einsum(operands, ",".join(terms) + "->" + out))
+
+    def _unfold_windows(self, node):
+        """``x.unfold(dim, size, step)``: the windows along ``dim`` (framing a signal), that axis
+        replaced by the window count and the window's ``size`` elements last, read by one take."""
+        x, dim, size, step = self.env[node.args[0]], node.args[1], node.args[2], node.args[3]
+        shape = [int(d) for d in x.ty.shape]
+        dim %= len(shape)
+        count = (shape[dim] - size) // step + 1
+        index = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+        windows = relax.op.take(x, relax.const(index.astype("int64")), axis=dim)
+        windows = relax.op.reshape(windows, shape[:dim] + [count, size] + shape[dim + 1:])
+        order = [*range(dim + 1), *range(dim + 2, len(shape) + 1), dim + 1]
+        return self._emit(relax.op.permute_dims(windows, order))
 
     def _cdist(self, node):
         """``cdist(x1 (.., M, D), x2 (.., N, D), p)``: ``(sum |x1_i - x2_j|^p)^(1/p)``, computed

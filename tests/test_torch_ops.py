@@ -27,6 +27,10 @@ class Call(torch.nn.Module):
         return self.fn(*x)
 
 
+W3 = [torch.randn(*s, generator=torch.Generator().manual_seed(1)) for s in
+      ((2, 3, 3, 3, 3), (4, 2, 3, 2, 3), (3, 5, 2, 2, 2))]
+
+
 def _put(x, index, value):
     y = x.clone()
     y[index] = value
@@ -77,6 +81,15 @@ CASES = {
                              [(5, 7)]),
     "masked_put": (lambda x: _put(x, (x > 0.5,), 0.0) + _put(x, (x[:, 0] > 0,), -1.0) + _put(x, (slice(None), x[0] < 0), 3.0),
                    [(4, 6)]),
+    # transposed 3-D convolutions (3-D U-Nets): the stock translation took 1-D and 2-D only
+    "conv_transpose3d": (lambda x: F.conv_transpose3d(x, W3[0], torch.arange(3.0), stride=2, padding=1, output_padding=1),
+                         [(1, 2, 3, 5, 4)]),
+    "conv_transpose3d_groups": (lambda x: F.conv_transpose3d(x, W3[1], stride=(1, 2, 2), padding=(1, 0, 2), dilation=2,
+                                                             groups=2), [(2, 4, 3, 4, 5)]),
+    "conv_transpose3d_k_is_s": (lambda x: F.conv_transpose3d(x, W3[2], stride=2), [(1, 3, 2, 3, 4)]),
+    # nn.Bilinear exports as _trilinear; Tensor.unfold frames a signal (windows of a size, a step)
+    "bilinear_layer": (lambda x, y: F.bilinear(x, y, W3[1][:, 0, :, 0, :], torch.arange(4.0)), [(3, 3), (3, 3)]),
+    "unfold_windows": (lambda x: x.unfold(-1, 4, 3).sum(-1) + x.unfold(1, 2, 1).sum(-1)[:, :1, :4], [(2, 5, 13)]),
     "cdist": (lambda x, y: torch.cdist(x, y) + torch.cdist(x, y, p=1) + torch.cdist(x, y, p=float("inf"))
               + torch.cdist(x, y, p=3), [(2, 5, 7), (2, 3, 7)]),
 }
