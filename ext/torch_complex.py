@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from tvm import relax
 
+from .torch_ops import Emitting, node_arg
+
 COMPLEX_DTYPES = {"complex64": "float32", "complex128": "float64"}
 
 #: ops whose complex operands are mapped part by part with the stock translation
@@ -38,7 +40,7 @@ BILINEAR = ("einsum.default", "matmul.default", "bmm.default", "mm.default")
 ARITHMETIC = ("mul.Tensor", "mul.Scalar", "add.Tensor", "sub.Tensor")
 
 
-class ComplexParts:
+class ComplexParts(Emitting):
     """Importer mixin (before ``ExportedProgramImporter`` in the bases): complex values as
     part pairs and the ops in the module doc. ``complex_users`` lists what may read one."""
 
@@ -59,9 +61,6 @@ class ComplexParts:
                                           f"(complex values import through {', '.join(sorted(self.complex_users))})")
         self._parts[node] = (real, imag)
         return real
-
-    def _emit(self, expr):
-        return self.block_builder.emit(expr)
 
     # -- made complex ------------------------------------------------------------------------
 
@@ -148,7 +147,7 @@ class ComplexParts:
         if not complex_args:
             return stock(node)
         name = node.target.__name__
-        if name == "constant_pad_nd.default" and _arg(node, 2, "value", 0) != 0:
+        if name == "constant_pad_nd.default" and node_arg(node, 2, "value", 0) != 0:
             raise NotImplementedError(f"constant_pad_nd of the complex value {complex_args[0].name} with a "
                                       "nonzero fill: it does not import")
         if name in BILINEAR and len(complex_args) == 2:
@@ -266,10 +265,6 @@ def complex_constants_as_real(ep) -> None:
         read.meta["val"] = complex_val
         node.replace_all_uses_with(read, delete_user_cb=lambda user: user is not read)
     ep.graph_module.recompile()
-
-
-def _arg(node, i: int, name: str, default=None):
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _reads_part(user, rank: int, part: int) -> bool:

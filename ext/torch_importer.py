@@ -33,6 +33,7 @@ from tvm_ffi import structural_equal
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from .torch_fft import ComplexFFT
+from .torch_layout_ops import LayoutOps
 from .torch_ops import ExtraOps
 
 
@@ -58,7 +59,7 @@ def _symbolic(value) -> bool:
     return tvm.ir.is_prim_expr(value) and not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
 
 
-class Importer(ComplexFFT, ExtraOps, ExportedProgramImporter):
+class Importer(ComplexFFT, ExtraOps, LayoutOps, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):
@@ -68,7 +69,8 @@ class Importer(ComplexFFT, ExtraOps, ExportedProgramImporter):
     def create_convert_map(self):
         table = super().create_convert_map()
         table.update(self.fft_converters())  # FNet: see torch_fft
-        table.update(self.extra_converters())  # amax, var_mean, scatter_add...: see torch_ops
+        table.update(self.extra_converters())  # amax, var_mean, median...: see torch_ops
+        table.update(self.layout_converters())  # scatter_add, unfold, _trilinear: see torch_layout_ops
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic
             table[name] = lambda node, fn=fn: fn(*self.retrieve_args(node))
         table["min.dim"] = self._min_dim

@@ -1,0 +1,177 @@
+"""ATen indexing and layout ops TVM's ``torch.export`` importer lacks or translates unlike
+PyTorch, written in Relax ops: ``index_put`` beyond one index tensor per axis (``x[idx] = v``,
+``index_add``, ``index_copy``, ``x[mask] = v``), ``scatter_add``, ``Tensor.unfold``,
+``F.adaptive_max_pool2d``, ``nn.Bilinear`` (``_trilinear``) and transposed 3-D convolutions.
+``LayoutOps.layout_converters()`` maps their ATen names; ``_index_put`` and ``_convolution``
+override the stock methods of the same names.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from .torch_ops import Emitting, node_arg
+
+
+def _triple(value, default) -> list:
+    """A 3-D conv argument (an int or a list of one or three) as three ints."""
+    if value is None:
+        value = default
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [int(v) for v in (value * 3 if len(value) == 1 else value)]
+
+
+class LayoutOps(Emitting):
+    """Importer mixin: the translations in the module doc."""
+
+    def layout_converters(self) -> dict:
+        return {"scatter_add.default": self._scatter_add, "adaptive_max_pool2d.default": self._adaptive_max_pool2d,
+                "_trilinear.default": self._trilinear, "unfold.default": self._unfold_windows}
+
+    def _scatter_add(self, node):
+        x, dim, index, src = self.env[node.args[0]], node.args[1], self.env[node.args[2]], self.env[node.args[3]]
+        return self._emit(relax.op.scatter_elements(x, index, src, axis=dim, reduction="add"))
+
+    def _adaptive_max_pool2d(self, node):
+        """PyTorch's windows ``[floor(i H / oh), ceil((i + 1) H / oh))``: a max pool when they tile
+        the image evenly, else one max per window (``oh * ow`` of them, at most 256); returns
+        ``(values, indices)`` and the indices must not be read."""
+        x, (oh, ow) = self.env[node.args[0]], node.args[1]
+        for user in node.users:
+            if getattr(user.target, "__name__", "") == "getitem" and user.args[1] == 1 and user.users:
+                raise NotImplementedError("adaptive_max_pool2d: the indices (return_indices=True) do not import")
+        H, W = (int(d) for d in list(x.ty.shape)[-2:])
+        if H % oh == 0 and W % ow == 0:
+            out = self._emit(relax.op.nn.max_pool2d(x, (H // oh, W // ow), (H // oh, W // ow)))
+        elif oh * ow <= 256:
+            rows = []
+            for i in range(oh):
+                cells = [relax.op.max(relax.op.strided_slice(
+                    x, [len(x.ty.shape) - 2, len(x.ty.shape) - 1], [i * H // oh, j * W // ow],
+                    [-(-(i + 1) * H // oh), -(-(j + 1) * W // ow)]), [-2, -1], keepdims=True) for j in range(ow)]
+                rows.append(relax.op.concat(cells, axis=-1))
+            out = self._emit(relax.op.concat(rows, axis=-2))
+        else:
+            raise NotImplementedError(f"adaptive_max_pool2d to {oh}x{ow} from {H}x{W}: uneven windows, too many")
+        return self._emit(relax.Tuple([out, out]))
+
+    def _index_put(self, node):
+        """``x[i0, i1, ...] = v`` (``index_put``, also ``index_add``/``index_copy`` decomposed):
+        index tensors for fewer axes than ``x`` has (``x[idx] = v``: the stock translation
+        required one per axis), full slices (None) anywhere, negative indices counted from the
+        end, and a bool mask with a one-element value (``x[x > 0] = 0``: a ``where``). Each
+        axis gets a full index tensor placed where PyTorch's indexing result puts it (the
+        broadcast index dimensions where the index tensors are when adjacent, first when not),
+        then Relax's ``index_put`` takes them all."""
+        x, indices, values = self.env[node.args[0]], list(node.args[1]), self.env[node.args[2]]
+        accumulate = bool(node_arg(node, 3, "accumulate", False))
+        shape = [int(d) for d in x.ty.shape] if all(hasattr(d, "value") for d in x.ty.shape) else None
+        if shape is None:
+            return super()._index_put(node)
+        indices += [None] * (len(shape) - len(indices))
+        given = [j for j, i in enumerate(indices) if i is not None]
+        masks = [j for j in given if self.env[indices[j]].ty.dtype == "bool"]
+        if masks:
+            return self._masked_put(x, given, [self.env[indices[j]] for j in given], values, accumulate)
+        idx = {j: self._emit(self._wrapped_index(self.env[indices[j]], shape[j])) for j in given}
+        batch = list(np.broadcast_shapes(*[tuple(int(d) for d in idx[j].ty.shape) for j in given]))
+        adjacent = given == list(range(given[0], given[-1] + 1))
+        front = given[0] if adjacent else 0  # where the broadcast index dimensions go
+        rest = [j for j in range(len(shape)) if j not in idx]
+        axes = ([(j, pos) for j, pos in zip(rest, [*range(front), *range(front + len(batch), len(shape) + len(batch))])]
+                if adjacent else [(j, len(batch) + k) for k, j in enumerate(rest)])
+        rank = len(shape) - len(given) + len(batch)
+        full = {}
+        for j in given:
+            dims = [int(d) for d in idx[j].ty.shape]
+            full[j] = relax.op.reshape(idx[j], [1] * front + [1] * (len(batch) - len(dims)) + dims
+                                       + [1] * (rank - front - len(batch)))
+        for j, pos in axes:
+            full[j] = relax.op.reshape(relax.op.arange(0, shape[j], 1, "int64"), [1] * pos + [shape[j]] + [1] * (rank - pos - 1))
+        out_shape = [1] * rank
+        for j, pos in axes:
+            out_shape[pos] = shape[j]
+        out_shape[front:front + len(batch)] = batch
+        values = relax.op.broadcast_to(relax.op.astype(values, x.ty.dtype), out_shape)
+        indices = relax.Tuple([self._emit(full[j]) for j in range(len(shape))])
+        return self._emit(relax.op.index_put(x, indices, self._emit(values), accumulate))
+
+    def _wrapped_index(self, index, size: int):
+        """An integer index tensor with its negative entries counted from the end."""
+        index = relax.op.astype(index, "int64") if index.ty.dtype != "int64" else index
+        return relax.op.where(relax.op.less(index, relax.const(0, "int64")),
+                              relax.op.add(index, relax.const(size, "int64")), index)
+
+    def _masked_put(self, x, given, indices, values, accumulate):
+        """``x[mask] = v`` with one bool mask over consecutive leading-or-inner axes and a
+        one-element ``v``: ``where(mask, v, x)`` (``x + where(mask, v, 0)`` accumulating). A
+        value per selected element depends on the data and is refused."""
+        if len(given) != 1 or int(np.prod([int(d) for d in values.ty.shape])) != 1:
+            raise NotImplementedError("index_put with a bool mask: only one mask and a single value import "
+                                      "(x[mask] = v); a value per selected element depends on the data")
+        mask, axis = indices[0], given[0]
+        trailing = len(x.ty.shape) - axis - len(mask.ty.shape)
+        mask = relax.op.reshape(mask, [int(d) for d in mask.ty.shape] + [1] * trailing) if trailing else mask
+        value = relax.op.reshape(relax.op.astype(values, x.ty.dtype), [])
+        if accumulate:
+            return self._emit(relax.op.add(x, relax.op.where(mask, value, relax.const(0, x.ty.dtype))))
+        return self._emit(relax.op.where(mask, value, x))
+
+    def _convolution(self, node):
+        """A transposed 3-D convolution (3-D U-Nets' up-convolutions; the stock translation took
+        1-D and 2-D only) as the textbook stride-1 ``conv3d`` of the input dilated by the stride,
+        with the flipped kernel, its in/out axes swapped per group, padded by ``d (k - 1) - p``
+        (plus the output padding after): ext's conv3d path then runs it. Others: stock."""
+        args = list(node.args) + [None] * (9 - len(node.args))
+        x = self.env[args[0]]
+        if not args[6] or len(x.ty.shape) != 5:
+            return super()._convolution(node)
+        w = self.env[args[1]]
+        bias = self.env[args[2]] if args[2] is not None else None
+        stride, padding, dilation, out_pad = (_triple(a, dflt) for a, dflt in
+                                              ((args[3], 1), (args[4], 0), (args[5], 1), (args[7], 0)))
+        groups = args[8] or 1
+        N, C, *size = (int(d) for d in x.ty.shape)
+        _, Og, *k = (int(d) for d in w.ty.shape)
+        lo = [d * (kk - 1) - p for d, kk, p in zip(dilation, k, padding)]
+        if min(lo) < 0:
+            raise NotImplementedError(f"conv_transpose3d with padding {padding} above the dilated kernel's reach")
+        if stride != [1, 1, 1]:  # s - 1 zeros after each voxel, the last voxel's dropped
+            spread = relax.op.reshape(x, [N, C, size[0], 1, size[1], 1, size[2], 1])
+            spread = relax.op.nn.pad(spread, [0, 0] * 3 + [0, stride[0] - 1, 0, 0, 0, stride[1] - 1, 0, 0,
+                                                            0, stride[2] - 1])
+            spread = relax.op.reshape(spread, [N, C] + [n * st for n, st in zip(size, stride)])
+            x = relax.op.strided_slice(spread, [2, 3, 4], [0, 0, 0], [(n - 1) * st + 1 for n, st in zip(size, stride)])
+        kernel = relax.op.flip(relax.op.flip(relax.op.flip(w, 2), 3), 4)
+        kernel = relax.op.reshape(relax.op.permute_dims(relax.op.reshape(kernel, [groups, C // groups, Og, *k]),
+                                                        [0, 2, 1, 3, 4, 5]), [groups * Og, C // groups, *k])
+        y = relax.op.nn.conv3d(x, kernel, strides=1, padding=lo + [a + b for a, b in zip(lo, out_pad)],
+                               dilation=dilation, groups=groups)
+        if bias is not None:
+            y = relax.op.add(y, relax.op.reshape(bias, [1, -1, 1, 1, 1]))
+        return self._emit(y)
+
+    def _trilinear(self, node):
+        """``_trilinear(a, b, c, expand_a, expand_b, expand_c, sum_dims)`` (``nn.Bilinear``): each
+        operand takes the axes of a common rank that its ``expand`` list does not name; the
+        product of the three, summed over ``sum_dims``, as one einsum."""
+        operands = [self.env[n] for n in node.args[:3]]
+        expands, sum_dims = node.args[3:6], set(node.args[6])
+        rank = len(operands[0].ty.shape) + len(expands[0])
+        letters = "abcdefghijklmnopqrstuvwxyz"[:rank]
+        terms = ["".join(letters[d] for d in range(rank) if d not in set(e)) for e in expands]
+        out = "".join(letters[d] for d in range(rank) if d not in sum_dims)
+        return self._emit(relax.op.einsum(operands, ",".join(terms) + "->" + out))
+
+    def _unfold_windows(self, node):
+        """``x.unfold(dim, size, step)``: the windows along ``dim`` (framing a signal), that axis
+        replaced by the window count and the window's ``size`` elements last, read by one take."""
+        x, dim, size, step = self.env[node.args[0]], node.args[1], node.args[2], node.args[3]
+        shape = [int(d) for d in x.ty.shape]
+        dim %= len(shape)
+        count = (shape[dim] - size) // step + 1
+        index = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+        windows = relax.op.take(x, relax.const(index.astype("int64")), axis=dim)
+        windows = relax.op.reshape(windows, shape[:dim] + [count, size] + shape[dim + 1:])
+        order = [*range(dim + 1), *range(dim + 2, len(shape) + 1), dim + 1]
+        return self._emit(relax.op.permute_dims(windows, order))
