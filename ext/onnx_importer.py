@@ -21,6 +21,8 @@ import numpy as np
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
+from .onnx_rnn import CONVERTERS as RECURRENT
+
 
 def _float_bound(expr, default: float) -> float | None:
     """A constant scalar bound (None input: ``default``; NaN: no bound) or None if not constant."""
@@ -84,7 +86,19 @@ class Einsum(stock.Einsum):
         return relax.op.einsum(list(inputs), attr["equation"].decode("utf-8"))
 
 
-OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum}
+class Celu(stock.OnnxOpConverter):
+    """``x`` where positive, else ``alpha (exp(x / alpha) - 1)`` (the stock table lacks it)."""
+
+    @classmethod
+    def _impl_v12(cls, bb, inputs, attr, params):
+        x, alpha = inputs[0], float(attr.get("alpha", 1.0))
+        dt = str(x.ty.dtype)
+        negative = relax.op.multiply(relax.op.subtract(relax.op.exp(relax.op.divide(x, relax.const(alpha, dt))),
+                                                       relax.const(1.0, dt)), relax.const(alpha, dt))
+        return relax.op.where(relax.op.greater(x, relax.const(0.0, dt)), x, negative)
+
+
+OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, **RECURRENT}
 
 
 @contextlib.contextmanager
