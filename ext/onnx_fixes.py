@@ -28,8 +28,11 @@ NOT_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUnifor
               "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "Optional"}
 #: a folded value larger than this many elements stays a computation (the importer folds it too)
 MAX_FOLDED_ELEMENTS = 1 << 20
-#: passes of fold + shape inference at most
-MAX_ROUNDS = 8
+#: passes of fold + shape inference at most; a pass stops the loop when it folds nothing. A
+#: chain of layers whose padding is computed from the previous layer's shape (EnCodec's
+#: encoder: Shape -> Ceil -> Pad per conv) takes a pass per layer: 8 left 5 Ceil nodes of
+#: shape arithmetic for the importer, which rejects Ceil on a size
+MAX_ROUNDS = 256
 
 
 def prepare(model, input_shapes: dict | None = None):

@@ -15,6 +15,7 @@ per node through the module function ``_get_convert_map``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -22,6 +23,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from .onnx_rnn import CONVERTERS as RECURRENT
+from .torch_fft import contract_along, dft_matrices
 
 
 def _float_bound(expr, default: float) -> float | None:
@@ -98,7 +100,54 @@ class Celu(stock.OnnxOpConverter):
         return relax.op.where(relax.op.greater(x, relax.const(0.0, dt)), x, negative)
 
 
-OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, **RECURRENT}
+class DFT(stock.OnnxOpConverter):
+    """ONNX ``DFT`` (PyTorch's dynamo exporter writes every ``torch.fft`` call as one; the stock
+    table lacks it): the transform along ``axis`` as matmuls with the cosine and sine matrices
+    of ``torch_fft``, on a real (last axis 1) or complex (last axis 2) input; ``inverse``
+    scales by ``1 / n``, ``onesided`` keeps ``n // 2 + 1`` bins. A ``dft_length`` other than the
+    axis' length is refused."""
+
+    @classmethod
+    def _impl_v17(cls, bb, inputs, attr, params):
+        return cls._transform(bb, inputs[0], inputs[1] if len(inputs) > 1 else None, int(attr.get("axis", 1)), attr)
+
+    @classmethod
+    def _impl_v20(cls, bb, inputs, attr, params):
+        axis = inputs[2] if len(inputs) > 2 else None
+        axis = -2 if axis is None else int(axis.value.numpy().reshape(-1)[0])
+        return cls._transform(bb, inputs[0], inputs[1] if len(inputs) > 1 else None, axis, attr)
+
+    @classmethod
+    def _transform(cls, bb, x, length, axis: int, attr):
+        shape = [int(d) for d in x.ty.shape]
+        axis %= len(shape)
+        n = shape[axis]
+        if length is not None and int(length.value.numpy().reshape(-1)[0]) != n:
+            raise NotImplementedError("ONNX DFT: a dft_length other than the signal's length does not import")
+        last = len(shape) - 1
+        real = bb.emit(relax.op.squeeze(relax.op.strided_slice(x, [last], [0], [1]), [last]))
+        imag = (bb.emit(relax.op.squeeze(relax.op.strided_slice(x, [last], [1], [2]), [last]))
+                if shape[-1] == 2 else None)
+        inverse = bool(attr.get("inverse", 0))
+        cos, sin = dft_matrices(n, str(x.ty.dtype), 1.0 / n if inverse else 1.0)
+        along = functools.partial(contract_along, bb, axis=axis)
+        sign = 1.0 if inverse else -1.0  # the transform's kernel is cos + sign * i sin
+        rc, rs = along(x=real, mat=cos), along(x=real, mat=sin)
+        def scale(t):
+            return relax.op.multiply(t, relax.const(sign, str(x.ty.dtype)))
+
+        if imag is None:
+            out_r, out_i = rc, scale(rs)
+        else:
+            ic, is_ = along(x=imag, mat=cos), along(x=imag, mat=sin)
+            out_r, out_i = relax.op.subtract(rc, scale(is_)), relax.op.add(ic, scale(rs))
+        out = relax.op.stack([out_r, out_i], axis=-1)
+        if attr.get("onesided", 0):
+            out = relax.op.strided_slice(out, [axis], [0], [n // 2 + 1])
+        return out
+
+
+OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, **RECURRENT}
 
 
 @contextlib.contextmanager

@@ -19,10 +19,19 @@ from tvm import relax
 
 from .torch_complex import ComplexParts
 
-def _dft(n: int, dtype: str, scale: float) -> tuple:
+def dft_matrices(n: int, dtype: str, scale: float) -> tuple:
     k = np.arange(n)
     angle = 2 * np.pi * np.outer(k, k) / n
     return (relax.const((np.cos(angle) * scale).astype(dtype)), relax.const((np.sin(angle) * scale).astype(dtype)))
+
+
+def contract_along(bb, x, axis: int, mat):
+    """``x`` contracted with ``mat[k, t]`` along ``axis`` (``k``: the axis' index), as a matmul
+    with that axis moved last and back."""
+    rank = len(x.ty.shape)
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    y = bb.emit(relax.op.matmul(bb.emit(relax.op.permute_dims(x, perm)), mat))
+    return bb.emit(relax.op.permute_dims(y, [perm.index(i) for i in range(rank)]))
 
 
 class ComplexFFT(ComplexParts):
@@ -33,11 +42,7 @@ class ComplexFFT(ComplexParts):
     complex_users = ComplexParts.complex_users | {"_fft_c2c.default", "_fft_c2r.default"}
 
     def _along(self, x, axis: int, mat):
-        """``x`` contracted with ``mat[k, t]`` along ``axis`` (``k``: the axis' index)."""
-        bb, rank = self.block_builder, len(x.ty.shape)
-        perm = [i for i in range(rank) if i != axis] + [axis]
-        y = bb.emit(relax.op.matmul(bb.emit(relax.op.permute_dims(x, perm)), mat))
-        return bb.emit(relax.op.permute_dims(y, [perm.index(i) for i in range(rank)]))
+        return contract_along(self.block_builder, x, axis, mat)
 
     def _transform(self, node, real, imag, dims, norm, forward: bool):
         """The DFT of ``real + i imag`` (``imag`` None: zero) over ``dims``, recorded for ``node``."""
@@ -49,7 +54,7 @@ class ComplexFFT(ComplexParts):
                 raise NotImplementedError(f"{node.target}: FFT over a symbolic axis ({shape[axis]}), "
                                           "static lengths only")
             n = int(shape[axis].value)
-            cos, sin = _dft(n, dtype, {0: 1.0, 1: 1.0 / np.sqrt(n), 2: 1.0 / n}[int(norm)])
+            cos, sin = dft_matrices(n, dtype, {0: 1.0, 1: 1.0 / np.sqrt(n), 2: 1.0 / n}[int(norm)])
             rc, rs = self._along(real, axis, cos), self._along(real, axis, sin)
             if imag is None:
                 real, imag = rc, bb.emit(relax.op.multiply(rs, relax.const(-sign, dtype)))

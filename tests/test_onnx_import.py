@@ -68,6 +68,34 @@ def test_pads_computed_from_a_static_shape():
     assert_close(got, want, rtol=0, atol=0, what="padded")
 
 
+def test_pads_computed_layer_after_layer():
+    """Twelve convs, each input padded by arithmetic on the previous conv's output length (the
+    shape of EnCodec's encoder): every layer needs its own fold + shape-inference pass; eight
+    passes left the last layers' pads to the importer ("Dynamic pads are not supported yet")."""
+    torch = pytest.importorskip("torch")
+    import io
+    import math
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = torch.nn.ModuleList(torch.nn.Conv1d(2, 2, 3) for _ in range(12))
+
+        def forward(self, x):
+            for conv in self.convs:
+                length = x.shape[-1]
+                x = conv(torch.nn.functional.pad(x, (0, math.ceil(length / 4) * 4 - length + 2)))
+            return x
+
+    torch.manual_seed(0)
+    net, x = Chain().eval(), torch.randn(1, 2, 11)
+    buf = io.BytesIO()
+    torch.onnx.export(net, (x,), buf, opset_version=17, dynamo=False)
+    with torch.no_grad():
+        want = net(x).numpy()
+    assert_close(_run(onnx.load_from_string(buf.getvalue()), x.numpy()), want, rtol=1e-5, atol=1e-5, what="chain")
+
+
 def _if_model(cond_nodes, height: int):
     """``y = If(cond, 2 * r, r)`` with ``r = Relu(x)`` read by the branches from outside."""
     two = onnx.numpy_helper.from_array(np.array(2.0, "float32"), "two")
@@ -214,3 +242,15 @@ def test_einsum_is_a_relax_einsum():
     assert "R.einsum" in ext.frontend.from_onnx(model)["main"].script()
     a, b = _x(2, 3, 5), _x(2, 5, 4) + 1
     assert_close(_run(model, a, b), np.einsum("bij,bjk->bik", a, b), rtol=1e-5, atol=1e-5, what="einsum")
+
+
+@pytest.mark.parametrize("last,axis,inverse,onesided", [(1, 1, 0, 0), (1, 2, 0, 1), (2, 1, 1, 0), (2, -2, 0, 0)])
+def test_dft_matches_onnxruntime(last, axis, inverse, onesided):
+    """ONNX ``DFT`` (opset 17; the dynamo exporter's form of every ``torch.fft`` call), real or
+    complex input, forward or inverse, two-sided or one-sided, over odd lengths."""
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("DFT", ["x"], ["y"], axis=axis, inverse=inverse, onesided=onesided)
+    model = _model([node], [helper.make_tensor_value_info("x", TP.FLOAT, [2, 7, 5, last])], "y")
+    x = _x(2, 7, 5, last)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert_close(_run(model, x), want, rtol=1e-5, atol=1e-5, what="DFT")
