@@ -1,7 +1,8 @@
 """ATen indexing and layout ops TVM's ``torch.export`` importer lacks or translates unlike
 PyTorch, written in Relax ops: ``index_put`` beyond one index tensor per axis (``x[idx] = v``,
 ``index_add``, ``index_copy``, ``x[mask] = v``), ``scatter_add``, ``Tensor.unfold``,
-``F.adaptive_max_pool2d``, ``nn.Bilinear`` (``_trilinear``) and transposed 3-D convolutions.
+``F.adaptive_max_pool2d``, ``nn.Bilinear`` (``_trilinear``), ``nn.EmbeddingBag`` and transposed
+3-D convolutions.
 ``LayoutOps.layout_converters()`` maps their ATen names; ``_index_put`` and ``_convolution``
 override the stock methods of the same names.
 """
@@ -26,11 +27,55 @@ class LayoutOps(Emitting):
 
     def layout_converters(self) -> dict:
         return {"scatter_add.default": self._scatter_add, "adaptive_max_pool2d.default": self._adaptive_max_pool2d,
-                "_trilinear.default": self._trilinear, "unfold.default": self._unfold_windows}
+                "_trilinear.default": self._trilinear, "unfold.default": self._unfold_windows,
+                "_embedding_bag.default": self._embedding_bag,
+                "_embedding_bag_forward_only.default": self._embedding_bag}
 
     def _scatter_add(self, node):
         x, dim, index, src = self.env[node.args[0]], node.args[1], self.env[node.args[2]], self.env[node.args[3]]
         return self._emit(relax.op.scatter_elements(x, index, src, axis=dim, reduction="add"))
+
+    def _embedding_bag(self, node):
+        """``nn.EmbeddingBag`` (DLRM's sparse features): the rows of ``weight`` at ``indices``
+        (times ``per_sample_weights``), reduced per bag by ``mode`` 0 sum, 1 mean, 2 max; bag
+        ``b`` holds positions ``offsets[b]`` up to the next offset (the last to the end, or to
+        ``offsets[-1]`` with ``include_last_offset``). Each position's bag is a bucketize of its
+        number among the offsets, the reduction one scatter; an empty bag gives zeros, as in
+        PyTorch. Returns ``(out, out, out, out)``: the three bookkeeping outputs must not be read."""
+        weight, indices, offsets = (self.env[n] for n in node.args[:3])
+        mode = node_arg(node, 4, "mode", 0)
+        per_sample = node_arg(node, 6, "per_sample_weights")
+        include_last = bool(node_arg(node, 7, "include_last_offset", False))
+        padding_idx = node_arg(node, 8, "padding_idx", -1)
+        for user in node.users:
+            if getattr(user.target, "__name__", "") == "getitem" and user.args[1] != 0 and user.users:
+                raise NotImplementedError("_embedding_bag: only the bags' values import (not offset2bag or sizes)")
+        if padding_idx is not None and padding_idx >= 0:
+            raise NotImplementedError("_embedding_bag with a padding_idx does not import")
+        n, dim = int(indices.ty.shape[0]), int(weight.ty.shape[1])
+        bags = int(offsets.ty.shape[0]) - (1 if include_last else 0)
+        dt = str(weight.ty.dtype)
+        rows = relax.op.take(weight, indices, axis=0)
+        if per_sample is not None:
+            rows = relax.op.multiply(rows, relax.op.expand_dims(self.env[per_sample], 1))
+        position = relax.op.arange(0, n, 1, str(offsets.ty.dtype))
+        bag = relax.op.subtract(relax.op.bucketize(position, offsets, False, True), relax.const(1, "int64"))
+        if include_last:  # positions at or past the last offset belong to no bag: dropped below
+            bag = relax.op.minimum(bag, relax.const(bags, "int64"))
+        bag = self._emit(relax.op.broadcast_to(relax.op.expand_dims(bag, 1), [n, dim]))
+        reduce = {0: "add", 1: "add", 2: "max"}[int(mode)]
+        start = relax.const(float("-inf") if reduce == "max" else 0.0, dt)
+        out = relax.op.scatter_elements(relax.op.full([bags + 1, dim], start, dt), bag, rows, axis=0, reduction=reduce)
+        out = self._emit(relax.op.strided_slice(out, [0], [0], [bags]))
+        if int(mode) == 1:
+            counts = relax.op.scatter_elements(relax.op.zeros([bags + 1, dim], dt), bag,
+                                               relax.op.ones([n, dim], dt), axis=0, reduction="add")
+            counts = relax.op.strided_slice(counts, [0], [0], [bags])
+            out = relax.op.divide(out, relax.op.maximum(counts, relax.const(1.0, dt)))
+        elif int(mode) == 2:  # an empty bag stayed -inf
+            out = relax.op.where(relax.op.isinf(out), relax.const(0.0, dt), out)
+        out = self._emit(out)
+        return self._emit(relax.Tuple([out, out, out, out]))
 
     def _adaptive_max_pool2d(self, node):
         """PyTorch's windows ``[floor(i H / oh), ceil((i + 1) H / oh))``: a max pool when they tile

@@ -116,3 +116,30 @@ def test_adaptive_max_pool_indices_are_refused(cpu_target):
     model = Call(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True)[1].float()).eval()
     with pytest.raises(Exception, match="indices"):
         from_torch(model, [torch.randn(1, 2, 7, 7)])
+
+
+class Bags(torch.nn.Module):
+    """``nn.EmbeddingBag`` in each mode: fixed-size bags (2-D input), bags by offsets with an
+    empty one, ``include_last_offset``, per-sample weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.sum = torch.nn.EmbeddingBag(11, 6, mode="sum")
+        self.max = torch.nn.EmbeddingBag(11, 6, mode="max")
+        self.mean = torch.nn.EmbeddingBag(11, 6, mode="mean", include_last_offset=True)
+
+    def forward(self, fixed, flat, offsets, weights):
+        last = torch.cat([offsets, torch.tensor([flat.shape[0]])])
+        return (self.sum(fixed) + self.max(flat, offsets) + self.mean(flat, last)
+                + self.sum(flat, offsets, per_sample_weights=weights))
+
+
+def test_embedding_bag_matches_pytorch(cpu_target):
+    torch.manual_seed(0)
+    inputs = [torch.randint(0, 11, (3, 5)), torch.randint(0, 11, (9,)), torch.tensor([0, 4, 4]), torch.randn(9)]
+    model = Bags().eval()
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    ex = ext.build(from_torch(model, inputs), cpu_target)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    assert_close(got, want, rtol=1e-5, atol=1e-5, what="embedding bags")
