@@ -10,23 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import tvm
-from tvm import relax
 
-import ext
-from ext.frontend import from_torch
+from torch_helpers import Call, torch_and_ext
 
 F = torch.nn.functional
 CAUSAL = torch.ones(9, 9, dtype=torch.bool).tril()
-
-
-class Call(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *x):
-        return self.fn(*x)
 
 
 CASES = {
@@ -68,12 +56,6 @@ def _inputs(shapes, seed: int = 0):
     return xs
 
 
-def _run(model, inputs, target):
-    ex = ext.build(from_torch(model, inputs), target)
-    out = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs])
-    return out.numpy()
-
-
 def assert_same_specials(got, want, what: str):
     assert got.shape == want.shape, (what, got.shape, want.shape)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{what}: NaN positions")
@@ -87,8 +69,5 @@ def assert_same_specials(got, want, what: str):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_nan_answers_like_pytorch(cpu_target, name):
     fn, shapes = CASES[name]
-    model = Call(fn).eval()
-    inputs = _inputs(shapes)
-    with torch.no_grad():
-        want = model(*inputs).numpy()
-    assert_same_specials(_run(model, inputs, cpu_target), want, name)
+    got, want = torch_and_ext(Call(fn).eval(), _inputs(shapes), cpu_target)
+    assert_same_specials(got, want, name)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import tvm
-from tvm import relax
 
-import ext
 from ext.frontend import from_torch
 from ext.testing import assert_close
+from torch_helpers import Call, torch_and_ext
 
 
 def _angles(n: int, dim: int) -> torch.Tensor:
@@ -70,22 +68,13 @@ class SpectralConv(torch.nn.Module):
         return torch.fft.irfft(torch.cat([mixed, high], -1), n=x.shape[-1], norm="ortho") + x
 
 
-class Lambda(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *x):
-        return self.fn(*x)
-
-
 CASES = {
     "rope_computed": (RopeComputed, [(2, 5, 3, 8)]),
     "rope_buffer": (lambda: RopeBuffer(12), [(2, 7, 3, 12)]),
     "arithmetic": (Arithmetic, [(3, 10), (3, 10)]),
     # irfft (``_fft_c2r``): FNO's spectral convolution, odd and even lengths, 2-D
     "spectral_conv": (lambda: SpectralConv(3, 4), [(2, 3, 15)]),
-    "irfft2": (lambda: Lambda(lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 2, s=x.shape[-2:])
+    "irfft2": (lambda: Call(lambda x: torch.fft.irfft2(torch.fft.rfft2(x) * 2, s=x.shape[-2:])
                               + torch.fft.irfft(torch.fft.rfft(x), n=10)[..., :7]), [(2, 5, 7)]),
 }
 
@@ -94,12 +83,8 @@ CASES = {
 def test_complex_program_matches_pytorch(cpu_target, name):
     make, shapes = CASES[name]
     torch.manual_seed(0)
-    model = make().eval()
     inputs = [torch.randn(*s) for s in shapes]
-    with torch.no_grad():
-        want = model(*inputs).numpy()
-    ex = ext.build(from_torch(model, inputs), cpu_target)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    got, want = torch_and_ext(make().eval(), inputs, cpu_target)
     assert_close(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()), what=name)
 
 

@@ -10,6 +10,7 @@ from tvm import relax
 import ext
 from ext.frontend import from_torch
 from ext.testing import assert_close
+from torch_helpers import torch_and_ext
 
 
 class Call(torch.nn.Module):
@@ -78,12 +79,8 @@ CASES = {
 def test_layer_builds_and_matches_pytorch(cpu_target, name):
     make, shapes = CASES[name]
     torch.manual_seed(0)
-    model = make().eval()
     inputs = [torch.randn(*s) for s in shapes]
-    with torch.no_grad():
-        want = model(*inputs).numpy()
-    ex = ext.build(from_torch(model, inputs), cpu_target)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    got, want = torch_and_ext(make().eval(), inputs, cpu_target)
     scale = max(float(np.abs(want).max()), 1e-30)
     assert_close(got, want, rtol=1e-4, atol=1e-4 * scale, what=name)
 

@@ -8,25 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import tvm
-from tvm import relax
 
-import ext
 from ext.frontend import from_torch
 from ext.testing import assert_close
+from torch_helpers import Call, torch_and_ext
 
 F = torch.nn.functional
-
-
-class Call(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *x):
-        return self.fn(*x)
-
-
 W3 = [torch.randn(*s, generator=torch.Generator().manual_seed(1)) for s in
       ((2, 3, 3, 3, 3), (4, 2, 3, 2, 3), (3, 5, 2, 2, 2))]
 
@@ -100,11 +87,7 @@ def test_op_imports_and_matches_pytorch(cpu_target, name):
     fn, shapes = CASES[name]
     torch.manual_seed(0)
     inputs = [torch.randn(*s) for s in shapes]
-    model = Call(fn).eval()
-    with torch.no_grad():
-        want = model(*inputs).numpy()
-    ex = ext.build(from_torch(model, inputs), cpu_target)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    got, want = torch_and_ext(Call(fn).eval(), inputs, cpu_target)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     finite = np.isfinite(want)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{name}: NaN positions")
@@ -137,9 +120,5 @@ class Bags(torch.nn.Module):
 def test_embedding_bag_matches_pytorch(cpu_target):
     torch.manual_seed(0)
     inputs = [torch.randint(0, 11, (3, 5)), torch.randint(0, 11, (9,)), torch.tensor([0, 4, 4]), torch.randn(9)]
-    model = Bags().eval()
-    with torch.no_grad():
-        want = model(*inputs).numpy()
-    ex = ext.build(from_torch(model, inputs), cpu_target)
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(x.numpy()) for x in inputs]).numpy()
+    got, want = torch_and_ext(Bags().eval(), inputs, cpu_target)
     assert_close(got, want, rtol=1e-5, atol=1e-5, what="embedding bags")
