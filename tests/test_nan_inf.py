@@ -191,6 +191,39 @@ def test_conv2d_epilogue(cpu_target, geom, act):
         assert_matches(got, want, rtol=1e-5, atol=4e-6 * max(C // g * K * K, 16), what=f"{cand.name} {act}")
 
 
+#: candidates that transform whole input tiles (Winograd, FFT): a NaN or infinite input pixel
+#: reaches every output of the tiles it lies in (``0 * nan``), not only its receptive field
+TILE_TRANSFORMS = ("winograd", "fft")
+
+
+@pytest.mark.parametrize("geom", CONVS[:3], ids=["3x3", "1x1", "depthwise"])
+def test_conv2d_nan_input_pixel(cpu_target, geom):
+    """A NaN and an infinite input pixel: every output PyTorch computes from them is NaN (or the
+    infinity) in every candidate, never a number. Direct, im2col and pointwise candidates give
+    exactly the reference's NaN/inf positions; tile transforms may turn more outputs of the same
+    tile NaN (README, "NaN and Inf"), and their other outputs match."""
+    N, C, H, W, O, K, g, layout = geom
+    wl = conv_wl(N, C, H, W, O, K, pad=K // 2, groups=g, epilogue=("bias",), layout=layout)
+    rng = np.random.default_rng(C * H + K)
+    x = rng.uniform(-1, 1, wl.shapes[0]).astype("float32")
+    w = rng.uniform(-1, 1, wl.shapes[1]).astype("float32")
+    bias = rng.uniform(-1, 1, wl.shapes[2]).astype("float32")
+    x[0, 0, 2, 3], x[0, C - 1, H - 2, W - 1] = np.nan, np.inf
+    conv = conv_ref_nchw(x, w, wl.attr("strides"), wl.attr("padding"), wl.attr("dilation"), g)
+    want = ref(lambda c: c + bias.astype("float64"), conv)
+    tol = dict(rtol=1e-5, atol=4e-6 * max(C // g * K * K, 16))
+    for cand in own_candidates(wl, cpu_target):
+        got = CompiledCandidate(cand, wl, cand.default_config(wl, cpu_target), cpu_target).run([x, w, bias])
+        if not any(t in cand.name for t in TILE_TRANSFORMS):
+            assert_matches(got, want, what=cand.name, **tol)
+            continue
+        special = ~np.isfinite(want)
+        assert np.isnan(got[np.isnan(want)]).all(), f"{cand.name}: a NaN output became a number"
+        assert (~np.isfinite(got[special])).all(), f"{cand.name}: an infinite output became a number"
+        fine = np.isfinite(got)
+        np.testing.assert_allclose(got[fine], want[fine], err_msg=cand.name, **tol)
+
+
 @pytest.mark.parametrize("block", [0, 16], ids=["nchw", "nchw16c"])
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_pool2d_nan_and_inf(cpu_target, kind, block):

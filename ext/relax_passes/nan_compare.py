@@ -1,4 +1,5 @@
-"""Float comparisons that answer for NaN as PyTorch does: ``NaNSafeCompare``.
+"""Float comparisons, max/min and zero products that answer for NaN as PyTorch does:
+``NaNSafeCompare``.
 
 IEEE (and PyTorch) say every comparison with a NaN is false except ``!=``, which is true, so
 ``!(a < b)`` is true for a NaN. TVM gets two of these wrong, both silently:
@@ -19,8 +20,9 @@ compare); ``x == x`` becomes ``~isnan(x)``. ``maximum(a, b)`` / ``minimum`` of f
 ``a > b ? a : b``, which answers ``b`` for a NaN ``a`` (``torch.maximum`` answers NaN from either
 side): they become ``isnan(a) ? a : maximum(a, b)``. A float times a constant 0 (a decomposed
 softshrink's "else 0" branch is ``x * 0``) is folded to 0 by the TIR simplifier, NaN and
-infinities too: it becomes ``isnan(x) | isinf(x) ? NaN : 0`` (the sign of a zero is not kept). Integer comparisons are left as they are. A negation over a combination of
-comparisons (``~(a < b & c < d)``) is not rewritten.
+infinities too: it becomes ``isnan(x) | isinf(x) ? NaN : 0`` (the sign of a zero is not kept).
+Integer comparisons are left as they are. A negation over a combination of comparisons
+(``~(a < b & c < d)``) is not rewritten.
 """
 from __future__ import annotations
 
