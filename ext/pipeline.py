@@ -3,7 +3,8 @@
 Stages (a flat, named sequence)::
 
     FoldBatchNorm      conv2d [+ bias] -> batch_norm folded into the conv's weights and a bias
-    Canonicalize       DecomposeOpsForInference, FoldConstant, CSE, DCE
+    Canonicalize       DecomposeOpsForInference, NaN-safe compares/max/min/sorts, bool arithmetic
+                       on int8, FoldConstant, CSE, DCE
     LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
     CheckTakeIndices   (CPU) runtime indices of take (embeddings, Gather) asserted in range: IndexError
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
