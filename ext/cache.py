@@ -65,7 +65,7 @@ def _source_hash() -> str:
     return _SRC_HASH["h"]
 
 
-def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
+def key_parts(mod, target, *, tuning_log=None, libraries=True, exact_specials=False) -> dict:
     """Every part of the cache key, readable (``meta.json`` stores it)."""
     import tvm
     import tvm_ffi
@@ -78,7 +78,7 @@ def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
     log_hash = None
     if tuning_log is not None:
         log_hash = hashlib.sha256(Path(tuning_log).read_bytes()).hexdigest()[:16]
-    return {
+    parts = {
         "format": FORMAT,
         "module": f"{structural_hash(mod):016x}",
         "target": str(target.export()) + " | " + describe(target),
@@ -91,6 +91,9 @@ def key_parts(mod, target, *, tuning_log=None, libraries=True) -> dict:
         "ext": __version__,
         "ext_source": _source_hash(),
     }
+    if exact_specials:  # only then: the keys of every other build stay as they were
+        parts["exact_specials"] = True
+    return parts
 
 
 def key_of(parts: dict) -> str:

@@ -61,7 +61,7 @@ def _backend(target):
 
 
 def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = None, libraries: bool | str = True,
-             history=None, model=None) -> tvm.transform.Pass:
+             history=None, model=None, exact_specials: bool = False) -> tvm.transform.Pass:
     """The ext pipeline as a Relax module pass.
 
     Parameters
@@ -72,6 +72,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
     libraries : allow vendor-library candidates (True), turn them off (False), or
         ``"measure"``: time each applicable library against ext's own pick at build
         time and keep the faster (cached; see ``ext.libraries.measure``).
+    exact_specials : no tile-transform candidates (Winograd, FFT): a NaN or infinite input
+        element gives NaN/inf exactly where PyTorch does (see ``build``).
     """
 
     def run(mod, _ctx):
@@ -93,7 +95,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
             from .libraries.measure import LibraryTimings
 
             hist = LibraryTimings(tgt, inner=hist)
-        selector = Selector(tgt, history=hist, model=mdl, libraries=bool(libraries))
+        selector = Selector(tgt, history=hist, model=mdl, libraries=bool(libraries), exact_specials=exact_specials)
         backend = _backend(tgt)
         cpu_target = target_kind(tgt).cpu
         with tgt:
@@ -125,7 +127,7 @@ def _registered_pipeline(**kwargs):
 
 
 def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.PathLike | None = None,
-          libraries: bool | str = True, cache: bool = True, verbose: bool = True):
+          libraries: bool | str = True, cache: bool = True, verbose: bool = True, exact_specials: bool = False):
     """Compile a Relax module with ext's kernels.
 
     Parameters
@@ -143,6 +145,10 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     cache : look the build up in (and add it to) the on-disk cache ``ext.cache``
         (``$EXT_CACHE_DIR``, default ``~/.cache/ext``; ``EXT_CACHE=0`` turns it off).
     verbose : print one line per stage when the build runs past 2 s.
+    exact_specials : leave out the tile-transform candidates (Winograd, FFT convs). They turn a
+        NaN or infinite input element into NaN at every output of its tiles (20 outputs per
+        channel around one pixel of a 3x3 conv, where PyTorch has 9); with this, NaN and
+        infinities land exactly where PyTorch's do, at the direct kernels' speed.
 
     Returns
     -------
@@ -172,7 +178,8 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     parts = None
     if cache and build_cache.enabled() and current_history(tgt)[0] is None:
         build_cache.flush_if_full()
-        parts = build_cache.key_parts(mod, tgt, tuning_log=tuning_log, libraries=libraries)
+        parts = build_cache.key_parts(mod, tgt, tuning_log=tuning_log, libraries=libraries,
+                                      exact_specials=exact_specials)
         hit = build_cache.load(parts)
         if hit is not None:
             ex, rep = hit
@@ -183,7 +190,8 @@ def build(mod: tvm.IRModule, target=None, *, tuning_log=None, report: str | os.P
     ctx = tvm.transform.PassContext.current()
     with tvm.transform.PassContext(opt_level=ctx.opt_level, config=dict(ctx.config),
                                    instruments=list(ctx.instruments) + [progress]):
-        ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries),
+        ex = relax.build(mod, tgt, relax_pipeline=pipeline(tgt, tuning_log, report=rep, libraries=libraries,
+                                                               exact_specials=exact_specials),
                          tir_pipeline=target_kind(tgt).tir_pipeline)
         progress.add("codegen", time.perf_counter() - start - sum(s[1] for s in progress.stages), 0)
     rep.stages = progress.stages

@@ -379,3 +379,27 @@ def test_relax_reductions_and_softmax_on_specials(cpu_target):
     ]:
         got = run_relax(ext.build(_module(x.shape, body), cpu_target), x)
         assert_matches(got, want, rtol=1e-5, atol=2e-5, what=name)
+
+
+def test_exact_specials_build_keeps_pytorchs_nan_positions(cpu_target):
+    """``ext.build(..., exact_specials=True)``: no tile transform is picked (the report says
+    why), and a NaN input pixel gives NaN exactly at PyTorch's outputs; the default build picks
+    Winograd for this layer, which NaNs whole 4x4 output tiles."""
+    torch = pytest.importorskip("torch")
+    from ext.frontend import from_torch
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1).eval()
+    x = torch.randn(1, 16, 32, 24)
+    x[0, 1, 5, 7] = float("nan")
+    with torch.no_grad():
+        want = conv(x).numpy()
+    mod = from_torch(conv, (x,))
+    default = run_relax(ext.build(mod, cpu_target, cache=False, verbose=False), x.numpy())
+    picked = [d.candidate.name for d in ext.last_report().decisions if d.candidate]
+    exact = run_relax(ext.build(mod, cpu_target, cache=False, verbose=False, exact_specials=True), x.numpy())
+    decisions = ext.last_report().decisions
+    assert "conv2d.winograd" in picked and np.isnan(default).sum() > np.isnan(want).sum()
+    assert not {"conv2d.winograd", "conv2d.fft"} & {d.candidate.name for d in decisions if d.candidate}
+    assert any("exact_specials" in alt.reason for d in decisions for alt in d.alternatives)
+    assert_matches(exact, want, rtol=1e-5, atol=1e-4, what="exact_specials build")

@@ -309,4 +309,5 @@ def _wino_transforms(wl, cfg, target):
 
 register(Candidate("conv2d.winograd", ("llvm",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
                    space=_wino_space, default=_wino_default, build=_wino_build, transforms=_wino_transforms,
-                   added_knobs=("parallel",), estimate=lambda wl, t: cost.winograd(geom(wl), t, blocks=io_blocks(wl))))
+                   added_knobs=("parallel",), estimate=lambda wl, t: cost.winograd(geom(wl), t, blocks=io_blocks(wl)),
+                   tile_transform=True))

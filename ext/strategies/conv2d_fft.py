@@ -211,4 +211,4 @@ def _estimate(wl, target):
 
 
 register(Candidate("conv2d.fft", ("llvm",), PLEVEL.BLOCKED, _check, FFTConfig, space=_space, default=_default,
-                   build=_build, transforms=_transforms, suits=_suits, estimate=_estimate))
+                   build=_build, transforms=_transforms, suits=_suits, estimate=_estimate, tile_transform=True))

@@ -162,4 +162,5 @@ def _wino_build(wl, cfg: WinogradConfig, target):
 register(Candidate("conv2d.cuda_winograd", ("cuda",), PLEVEL.SPECIALIZED, _wino_check, WinogradConfig,
                    space=lambda wl, t: [WinogradConfig(threads=n) for n in (64, 128, 256)],
                    default=lambda wl, t: WinogradConfig(), build=_wino_build,
-                   suits=lambda wl, t: "untiled batched GEMM: slower than conv2d.cuda_implicit_gemm until tuned"))
+                   suits=lambda wl, t: "untiled batched GEMM: slower than conv2d.cuda_implicit_gemm until tuned",
+                   tile_transform=True))

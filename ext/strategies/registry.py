@@ -108,6 +108,10 @@ class Candidate:
     #: time; ``_symbolic.py`` names each family's roles); empty: static shapes only. ``applies``
     #: declines a workload with a symbolic dimension in any other role, naming it
     dynamic: tuple = ()
+    #: transforms whole input tiles (Winograd, FFT): a NaN or infinite input element reaches every
+    #: output of its tiles, not only its receptive field's; ``Selector(exact_specials=True)``
+    #: turns such candidates off
+    tile_transform: bool = False
 
     @property
     def op(self) -> str:

@@ -78,12 +78,14 @@ class Selector:
     history : object with ``best(workload, target)`` (a tuning log), or None.
     model : object with ``predict(workload, target, points)``, or None.
     libraries : allow vendor-library candidates.
+    exact_specials : turn off the tile-transform candidates (Winograd, FFT), so a NaN or
+        infinite input gives NaN/inf exactly at the outputs PyTorch gives them.
     """
 
     def __init__(self, target: Target, history: History | None = None, model: Model | None = None,
-                 libraries: bool = True, registry: Registry = REGISTRY):
+                 libraries: bool = True, registry: Registry = REGISTRY, exact_specials: bool = False):
         self.target, self.history, self.model = target, history, model
-        self.libraries, self.registry = libraries, registry
+        self.libraries, self.registry, self.exact_specials = libraries, registry, exact_specials
 
     def _split(self, wl: Workload, failed: dict | None = None):
         usable, alts = [], []
@@ -93,6 +95,10 @@ class Selector:
                 continue  # libraries off: the report shows our own kernels only
             if not kind.serves(cand.targets):
                 continue  # another target's kernel is no alternative here; keep reports readable
+            if cand.tile_transform and self.exact_specials:
+                alts.append(Alternative(cand.name, "declined", "exact_specials: a tile transform would spread "
+                                        "a NaN or inf input over its whole output tile"))
+                continue
             if failed and cand.name in failed:
                 alts.append(Alternative(cand.name, "failed", failed[cand.name]))
                 continue
