@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
-from .torch_ops import Emitting, node_arg
+from .torch_ops import Emitting, node_arg, size_of
 
 
 def _triple(value, default) -> list:
@@ -110,9 +110,9 @@ class LayoutOps(Emitting):
         then Relax's ``index_put`` takes them all."""
         x, indices, values = self.env[node.args[0]], list(node.args[1]), self.env[node.args[2]]
         accumulate = bool(node_arg(node, 3, "accumulate", False))
-        shape = [int(d) for d in x.ty.shape] if all(hasattr(d, "value") for d in x.ty.shape) else None
-        if shape is None:
-            return super()._index_put(node)
+        shape = [size_of(x, j) for j in range(len(x.ty.shape))]  # the tensor's sizes may be symbolic
+        if any(not hasattr(d, "value") for i in indices if i is not None for d in self.env[i].ty.shape):
+            return super()._index_put(node)  # index tensors of symbolic shape
         indices += [None] * (len(shape) - len(indices))
         given = [j for j, i in enumerate(indices) if i is not None]
         masks = [j for j in given if self.env[indices[j]].ty.dtype == "bool"]
@@ -141,11 +141,11 @@ class LayoutOps(Emitting):
         indices = relax.Tuple([self._emit(full[j]) for j in range(len(shape))])
         return self._emit(relax.op.index_put(x, indices, self._emit(values), accumulate))
 
-    def _wrapped_index(self, index, size: int):
+    def _wrapped_index(self, index, size):
         """An integer index tensor with its negative entries counted from the end."""
         index = relax.op.astype(index, "int64") if index.ty.dtype != "int64" else index
         return relax.op.where(relax.op.less(index, relax.const(0, "int64")),
-                              relax.op.add(index, relax.const(size, "int64")), index)
+                              relax.op.add(index, self._number(size, "int64")), index)
 
     def _masked_put(self, x, given, indices, values, accumulate):
         """``x[mask] = v`` with one bool mask over consecutive leading-or-inner axes and a

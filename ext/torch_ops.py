@@ -36,11 +36,23 @@ def _signbit(x):
     return relax.op.logical_or(relax.op.less(x, zero), negative_zero)
 
 
+def size_of(expr, axis: int):
+    """Axis ``axis`` of a tensor's shape: an int when static, else the symbolic size."""
+    d = expr.ty.shape[axis]
+    return int(d.value) if hasattr(d, "value") else d
+
+
 class Emitting:
-    """What the importer mixins share: ``_emit`` on the importer's block builder."""
+    """What the importer mixins share: ``_emit`` on the importer's block builder, and a 0-d
+    tensor of a size that may be symbolic (the importer's ``_size_tensor`` then)."""
 
     def _emit(self, expr):
         return self.block_builder.emit(expr)
+
+    def _number(self, value, dtype: str):
+        if isinstance(value, (int, float)):
+            return relax.const(value, dtype)
+        return self._size_tensor(value, dtype)
 
 
 class ExtraOps(Emitting):
@@ -92,12 +104,15 @@ class ExtraOps(Emitting):
         dims, keep = _dims(node_arg(node, 1, "dim")), bool(node.kwargs.get("keepdim", False))
         correction = node.kwargs.get("correction")
         correction = 1 if correction is None else correction
-        shape = [int(d) for d in x.ty.shape]
-        n = math.prod(shape[d] for d in (range(len(shape)) if dims is None else dims))
+        n = math.prod(size_of(x, d) for d in (range(len(x.ty.shape)) if dims is None else dims))
         var = self._emit(relax.op.variance(x, dims, keepdims=keep))
-        if correction:
+        if correction and isinstance(n, int):
             var = self._emit(relax.op.multiply(var, relax.const(n / max(n - correction, 0) if n > correction
                                                                 else float("nan"), x.ty.dtype)))
+        elif correction:  # a symbolic count: n / (n - correction) at run time (0 / 0 -> NaN below)
+            dt = x.ty.dtype
+            var = self._emit(relax.op.divide(relax.op.multiply(var, self._number(n, dt)),
+                                             self._number(n - correction, dt)))
         return self._emit(relax.Tuple([var, self._emit(relax.op.mean(x, dims, keepdims=keep))]))
 
     def _fminmax(self, node, fn):
@@ -232,10 +247,10 @@ class ExtraOps(Emitting):
             x, dim, keep = self._emit(relax.op.reshape(x, [-1])), 0, False
         else:
             dim, keep = node_arg(node, 1, "dim", -1), bool(node_arg(node, 2, "keepdim", False))
-        n = int(x.ty.shape[dim])
+        n = size_of(x, dim)
         order = self._emit(relax.op.argsort(x, axis=dim, dtype="int64"))
         middle = self._emit(relax.op.full_like(relax.op.strided_slice(order, [dim], [0], [1]),
-                                               relax.const((n - 1) // 2, "int64")))
+                                               self._number((n - 1) // 2, "int64")))
         index = self._emit(relax.op.gather_elements(order, middle, axis=dim))
         if "float" in str(x.ty.dtype):  # the first NaN, found directly: a NaN ties +inf in the sort key
             nan = self._emit(relax.op.astype(relax.op.isnan(x), "int32"))

@@ -8,6 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import tvm
+from tvm import relax
+
+import ext
 
 from ext.frontend import from_torch
 from ext.testing import assert_close
@@ -122,3 +126,27 @@ def test_embedding_bag_matches_pytorch(cpu_target):
     inputs = [torch.randint(0, 11, (3, 5)), torch.randint(0, 11, (9,)), torch.tensor([0, 4, 4]), torch.randn(9)]
     got, want = torch_and_ext(Bags().eval(), inputs, cpu_target)
     assert_close(got, want, rtol=1e-5, atol=1e-5, what="embedding bags")
+
+
+SYMBOLIC = {
+    "median": lambda x: x.median(1)[0] + x.median(1)[1].float(),
+    "var_mean": lambda x: torch.var_mean(x, 1)[0] + torch.var_mean(x, (1, 2), correction=2)[0][:, None],
+    "index_put": lambda x: _put(x, (torch.tensor([0, -1]),), x[:2] * 2).sum(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_op_over_a_symbolic_length(cpu_target, name):
+    """The translations take a symbolic size (the sequence length) as a run-time value: one
+    build, checked at two lengths."""
+    model = Call(SYMBOLIC[name]).eval()
+    torch.manual_seed(0)
+    seq = torch.export.Dim("seq", min=2, max=64)
+    mod = from_torch(model, (torch.randn(3, 9, 5),), dynamic_shapes=(({1: seq},),))  # forward(*x)
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target, verbose=False), tvm.cpu())
+    for length in (4, 11):
+        x = torch.randn(3, length, 5)
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
+        assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"{name} at length {length}")
