@@ -100,6 +100,32 @@ class Celu(stock.OnnxOpConverter):
         return relax.op.where(relax.op.greater(x, relax.const(0.0, dt)), x, negative)
 
 
+def log_sum_exp(x, axes, keepdims: bool):
+    """``log(sum(exp(x - m))) + m`` with ``m`` the max where finite, else 0: a row holding +inf
+    gives +inf, as PyTorch and onnxruntime (the stock ``x - max`` made it ``inf - inf``, NaN)."""
+    dt = str(x.ty.dtype)
+    m = relax.op.max(x, axes, True)
+    m = relax.op.where(relax.op.logical_or(relax.op.isnan(m), relax.op.isinf(m)), relax.const(0.0, dt), m)
+    out = relax.op.add(relax.op.log(relax.op.sum(relax.op.exp(relax.op.subtract(x, m)), axes, True)), m)
+    return out if keepdims else relax.op.squeeze(out, axes)
+
+
+class ReduceLogSumExp(stock.ReduceLogSumExp):
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        return log_sum_exp(inputs[0], attr.get("axes", None), bool(attr.get("keepdims", 1)))
+
+    @classmethod
+    def _impl_v18(cls, bb, inputs, attr, params):
+        axes = getattr(inputs[1], "value", None) if len(inputs) > 1 and inputs[1] is not None else None
+        if len(inputs) > 1 and inputs[1] is not None and axes is None:
+            return super()._impl_v18(bb, inputs, attr, params)  # axes computed at run time
+        axes = axes.numpy().tolist() if axes is not None else None
+        if not axes and attr.get("noop_with_empty_axes", 0):
+            return inputs[0]
+        return log_sum_exp(inputs[0], axes or None, bool(attr.get("keepdims", 1)))
+
+
 class DFT(stock.OnnxOpConverter):
     """ONNX ``DFT`` (PyTorch's dynamo exporter writes every ``torch.fft`` call as one; the stock
     table lacks it): the transform along ``axis`` as matmuls with the cosine and sine matrices
@@ -147,7 +173,8 @@ class DFT(stock.OnnxOpConverter):
         return out
 
 
-OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, **RECURRENT}
+OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
+             **RECURRENT}
 
 
 @contextlib.contextmanager

@@ -254,3 +254,23 @@ def test_dft_matches_onnxruntime(last, axis, inverse, onesided):
     x = _x(2, 7, 5, last)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert_close(_run(model, x), want, rtol=1e-5, atol=1e-5, what="DFT")
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reduce_log_sum_exp_with_infinities(opset):
+    """Rows holding +inf, -inf everywhere, NaN: the stock ``x - max`` gave ``inf - inf`` (NaN)
+    for the +inf row; onnxruntime gives +inf, -inf and NaN."""
+    ort = pytest.importorskip("onnxruntime")
+    if opset == 13:
+        node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=0)
+        nodes = [node]
+    else:
+        nodes = [_const("axes", [1]), helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 5])], "y")
+    model.opset_import[0].version = opset
+    x = _x(4, 5)
+    x[0, 2], x[1, :], x[2, 4] = np.inf, -np.inf, np.nan
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = _run(model, x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6, atol=1e-6, what="logsumexp")
