@@ -149,6 +149,17 @@ class ExtraOps(Emitting):
         total = relax.op.cumsum(relax.op.exp(relax.op.subtract(x, m)), axis=dim)
         return self._emit(relax.op.add(relax.op.log(total), m))
 
+    # PyTorch passes an omitted pool stride as ``[]`` (the kernel size); the stock translations
+    # took only None for that and gave Relax an empty stride (max_pool3d failed to build)
+    def _max_pool1d_impl(self, x, kernel_size, stride=None, *args, **kwargs):
+        return super()._max_pool1d_impl(x, kernel_size, stride or None, *args, **kwargs)
+
+    def _max_pool2d_impl(self, x, kernel_size, stride=None, *args, **kwargs):
+        return super()._max_pool2d_impl(x, kernel_size, stride or None, *args, **kwargs)
+
+    def _max_pool3d_impl(self, x, kernel_size, stride=None, *args, **kwargs):
+        return super()._max_pool3d_impl(x, kernel_size, stride or None, *args, **kwargs)
+
     def _integer_clamp(self, node, stock):
         """An integer tensor clamped on one side: Relax's ``clip`` takes the missing side as an
         infinity and fails to lower it for integers; bound by ``maximum``/``minimum`` instead.

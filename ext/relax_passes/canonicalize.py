@@ -26,6 +26,7 @@ from .identity_resize import DropIdentityCast, DropIdentityResize
 from .merge_clips import MergeClips
 from .nan_compare import NaNSafeCompare
 from .nan_order import NaNLastSort
+from .pool3d import MaxPool3dToPool2d
 from .slice_bounds import ProveSliceBounds
 from .top_one import TopOneToReduce
 from .unflatten_linear import UnflattenLinear
@@ -39,6 +40,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         BoolArithmetic(),  # after it: the reflexive compares it rewrites leave bool products
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
         Conv3dToConv2d(),  # likewise: a conv2d over the output frames
+        MaxPool3dToPool2d(),  # two 2-D max pools: ext's NaN-keeping pool kernels
         ConvTransposeToConv2d(),  # likewise: a 1x1 conv + depth to space, or a conv of the dilated input
         MergeClips(),
         GlobalPoolToReduce(),  # EfficientNet's AvgPool2d(1280, ceil_mode=True) head: a mean
