@@ -74,6 +74,15 @@ def _np_softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+def _np_max_pool(x, k=3, s=2, pad=1, ceil=False):
+    """Max pooling of NCHW ``x`` (``-inf`` padding)."""
+    h, w = x.shape[2:]
+    oh, ow = ((-(-(d + 2 * pad - k) // s) if ceil else (d + 2 * pad - k) // s) + 1 for d in (h, w))
+    xp = np.full(x.shape[:2] + ((oh - 1) * s + k, (ow - 1) * s + k), -np.inf, x.dtype)
+    xp[:, :, pad:pad + h, pad:pad + w] = x[:, :, :xp.shape[2] - pad, :xp.shape[3] - pad]
+    return np.max([xp[:, :, i:i + s * oh:s, j:j + s * ow:s] for i in range(k) for j in range(k)], axis=0)
+
+
 NCHW16C = IndexMap.from_func(lambda n, c, h, w: (n, c // 16, h, w, c % 16))
 
 
@@ -124,6 +133,17 @@ def ops():
          lambda bb, x: bb.emit(relax.op.layout_transform(x, index_map=NCHW16C)),
          lambda x: np.ascontiguousarray(x.reshape(1, 4, 16, 56, 56).transpose(0, 1, 3, 4, 2)),
          lambda x: x.reshape(1, 4, 16, 56, 56).permute(0, 1, 3, 4, 2).contiguous()),
+        ("max_pool 3x3/2", "1x64x112x112 (ResNet)", [(1, 64, 112, 112)],
+         lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1)), _np_max_pool,
+         lambda x: F.max_pool2d(x, 3, 2, 1)),
+        ("max_pool 3x3/2", "1x4x112x112x16 (NCHW16c)", [(1, 4, 112, 112, 16)],
+         lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1, layout="NCHW16c")),
+         lambda x: _np_max_pool(x.transpose(0, 1, 4, 2, 3).reshape(1, 64, 112, 112)).reshape(
+             1, 4, 16, 56, 56).transpose(0, 1, 3, 4, 2),
+         lambda x: F.max_pool2d(x.reshape(1, 4, 112, 1792), (3, 48), (2, 32), (1, 16))),  # torch: same taps
+        ("max_pool 3x3/2 ceil", "1x64x111x111 (SqueezeNet)", [(1, 64, 111, 111)],
+         lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 0, ceil_mode=True)),
+         lambda x: _np_max_pool(x, pad=0, ceil=True), lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True)),
         ("heads (0,2,1,3)", "1x128x12x64 (BERT)", [(1, 128, 12, 64)],
          lambda bb, x: bb.emit(relax.op.permute_dims(x, [0, 2, 1, 3])),
          lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3)), lambda x: x.permute(0, 2, 1, 3).contiguous()),

@@ -21,7 +21,7 @@ def _cbr(cin, cout, k, stride=1, pad=None, groups=1, act="relu"):
     layers = [nn.Conv2d(cin, cout, k, stride, k // 2 if pad is None else pad, groups=groups, bias=False),
               nn.BatchNorm2d(cout)]
     if act:
-        layers.append({"relu": nn.ReLU, "hardswish": nn.Hardswish, "relu6": nn.ReLU6}[act]())
+        layers.append({"relu": nn.ReLU, "hardswish": nn.Hardswish, "relu6": nn.ReLU6, "silu": nn.SiLU}[act]())
     return nn.Sequential(*layers)
 
 

@@ -123,6 +123,25 @@ def _squeezenet10(gen):
     return squeezenet10(), _image(gen, 224), ""
 
 
+def _classic(name: str, what: str, res: int = 224):
+    """A ``classic_cnn`` model of the same name at ``res`` x ``res``."""
+    def build(gen):
+        from . import classic_cnn
+
+        return getattr(classic_cnn, name)(), _image(gen, res), ""
+
+    _extra(name, "vision", what)(build)
+
+
+_classic("vgg16", "VGG-16 (13 full-width 3x3 convs, 25088 -> 4096 classifier)")
+_classic("alexnet", "AlexNet (11x11 stride-4 stem, 5x5 convs, 9216 -> 4096 classifier)")
+_classic("inception_v3", "Inception-v3 at 299x299 (1x7/7x1 and 1x3/3x1 convs, padded average pools)", 299)
+_classic("mnasnet1_0", "MnasNet-1.0 (3x3/5x5 depthwise, ReLU)")
+_classic("mobilenet_v3_large", "MobileNetV3-large (hardswish, SE with hardsigmoid)")
+_classic("efficientnet_v2_s", "EfficientNetV2-S (fused MBConv, SiLU, SE)")
+_classic("wide_resnet50_2", "Wide ResNet-50-2 (bottlenecks twice as wide)")
+
+
 @_extra("timesformer_small", "vision", "TimeSformer, 384 wide, 6 layers, 8 frames of 224x224 (divided space-time attention)")
 def _timesformer(gen):
     import torch
