@@ -11,7 +11,7 @@ from ext.testing import assert_close
 from conv2d_helpers import conv_tol, conv_wl, reference
 
 CANDIDATES = ["conv2d.direct_nchwc", "conv2d.direct_nhwc", "conv2d.winograd", "conv2d.im2col",
-              "conv2d.pointwise", "conv2d.depthwise", "conv2d.conv1x1"]
+              "conv2d.pointwise", "conv2d.depthwise", "conv2d.conv1x1", "conv2d.rows"]
 
 # (N, C, H, W, O, K, stride, pad, dilation, groups)
 SHAPES = [
@@ -40,6 +40,12 @@ SHAPES = [
     (1, 7, 3, 112, 13, 1, 1, 0, 1, 1),     # 1x1 in place, 112-wide rows (7 vectors)
     (1, 5, 3, 160, 11, 1, 1, 0, 1, 1),     # 1x1 in place, 160-wide rows: column tiles (conv1x1 cols)
     (2, 3, 2, 264, 7, 1, 1, 0, 1, 1),      # the same, batch 2, rows of 33 8-lane vectors
+    # few input channels (conv2d.rows: image stems)
+    (1, 3, 23, 29, 8, 7, 2, 3, 1, 1),      # 7x7 stride 2 pad 3 (ResNet's stem), odd sizes
+    (2, 3, 17, 19, 10, 3, 2, (0, 0, 1, 1), 1, 1),  # stride 2, pad right/bottom only, batch 2, O=10
+    (1, 4, 9, 37, 6, 3, 1, 1, 2, 1),       # dilation 2, rows of 37 (3 vectors, padded)
+    (1, 15, 11, 13, 7, 5, 3, 2, 1, 1),     # 5x5 stride 3, 15 channels (one short of a vector)
+    (1, 3, 111, 111, 64, 3, 2, 0, 1, 1),   # SqueezeNet's stem shape (smaller plane), unpadded
 ]
 
 
@@ -86,6 +92,8 @@ def test_space_points_are_correct(cpu_target, name):
         wl = conv_wl(1, 19, 8, 16, 35, 1, pad=0, layout=layout, epilogue=("bias", "sigmoid"))
     elif name == "conv2d.depthwise":
         wl = conv_wl(1, 21, 9, 11, 21, 3, groups=21, layout=layout, epilogue=("bias", "sigmoid"))
+    elif name == "conv2d.rows":
+        wl = conv_wl(1, 5, 9, 37, 12, 3, stride=2, layout=layout, epilogue=("bias", "sigmoid"))
     else:
         wl = conv_wl(1, 19, 9, 11, 35, 3, layout=layout, epilogue=("bias", "sigmoid"))
     assert cand.applies(wl, cpu_target), cand.applies(wl, cpu_target).reason
@@ -133,10 +141,17 @@ def test_selection_explains_winograd(cpu_target):
     assert (d.name, d.source) == ("conv2d.winograd", "estimate")
     direct = next(a for a in d.alternatives if a.candidate == "conv2d.direct_nchwc")
     assert direct.status == "lost" and "the winner's" in direct.reason and direct.cost > d.cost
-    d = choose(conv_wl(1, 8, 9, 9, 8, 3), cpu_target)
+    d = choose(conv_wl(1, 16, 9, 9, 16, 3), cpu_target)
     assert (d.name, d.source) == ("conv2d.direct_nchwc", "estimate")
     wino = next(a for a in d.alternatives if a.candidate == "conv2d.winograd")
     assert wino.status == "lost" and wino.cost > d.cost
+    # fewer input channels than a vector: along the rows, no unpack (an image's stem)
+    d = choose(conv_wl(1, 3, 224, 224, 32, 3, stride=2), cpu_target)
+    assert (d.name, d.source) == ("conv2d.rows", "estimate")
+    direct = next(a for a in d.alternatives if a.candidate == "conv2d.direct_nchwc")
+    assert direct.status == "lost" and direct.cost > d.cost
+    rows = next(a for a in choose(conv_wl(1, 16, 9, 9, 16, 3), cpu_target).alternatives if a.candidate == "conv2d.rows")
+    assert rows.status == "declined" and "fill channel vectors" in rows.reason
     # 1x1: the blocked direct kernel measured faster than the GEMM form (see conv2d_gemm.py)
     assert choose(conv_wl(1, 64, 56, 56, 128, 1, stride=2, pad=0), cpu_target).name == "conv2d.direct_nchwc"
     assert choose(conv_wl(1, 32, 28, 28, 32, 3, groups=32), cpu_target).name == "conv2d.depthwise"

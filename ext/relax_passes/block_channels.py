@@ -68,6 +68,10 @@ DIRECT = {"conv2d.direct_nchwc": 1, "conv2d.winograd": 1}
 #: by estimate, MobileViTV2's 64->128 at 128x128 goes blocked (conv1x1 1.46 ms alone, 0.70 blocked
 #: at 64x64 for twice the channels)
 TRADED = {"conv2d.conv1x1"}
+#: NCHW picks for convs over few input channels (an image's stem) whose output the blocked kernel
+#: writes blocked faster than they write NCHW (3->32 3x3/2 at 224: 120 us blocked, 116-140 NCHW by
+#: ``conv2d.rows``, 176-188 NCHW by the blocked kernel): a region takes them as ``conv2d.direct_nchwc``
+ROWS = {"conv2d.rows"}
 POOL = {"relax.nn.max_pool2d", "relax.nn.avg_pool2d"}
 BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum"}
 
@@ -210,6 +214,8 @@ class _Plan:
                  "kernel_layout": "OIHW", "out_shape": tuple(out), "w_const": isinstance(w, _CONST)}
         wl = Workload("conv2d", [tuple(xs), tuple(ws)], ["float32"] * 2, "float32", attrs=attrs)
         pick = self.choose(wl)
+        if pick in ROWS:  # its NCHW output is the blocked kernel's in a region (no unpack there)
+            pick = "conv2d.direct_nchwc"
         if pick == "conv2d.depthwise" and groups == C == O and C % self.b == 0 and isinstance(x, relax.Var):
             self.conv[v] = "dw"
             self._join(v, x)

@@ -35,7 +35,7 @@ from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import ceil_to
 
 EFFICIENCY = {"direct_nchwc": 0.75, "direct_nhwc": 0.55, "winograd": 0.60, "depthwise": 0.45,
-              "pointwise": 0.65, "im2col": 0.65, "conv1x1": 0.90}
+              "pointwise": 0.65, "im2col": 0.65, "conv1x1": 0.90, "rows": 0.60}
 
 #: transformed filters above this size stream from memory in F(4,3) (L3 is 32 MiB): use F(2,3)
 WINOGRAD_U_BYTES = 24 * 2 ** 20
@@ -116,6 +116,11 @@ def winograd(g: cv.ConvGeom, target, blocks: tuple = (0, 0)) -> float:
 
 def depthwise(g: cv.ConvGeom, target) -> float:
     return seconds(2 * macs(g), target, EFFICIENCY["depthwise"], io_bytes(g))
+
+
+def rows(g: cv.ConvGeom, target) -> float:
+    """Dense conv along the output rows (few input channels): NCHW in and out, no pack or unpack."""
+    return seconds(2 * macs(g), target, EFFICIENCY["rows"], io_bytes(g))
 
 
 def gemm_lowered(g: cv.ConvGeom, target, variant: str) -> float:

@@ -301,6 +301,28 @@ def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1,
     return P, C, D
 
 
+def rows_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1, epilogue=(),
+              extras=(), out_dtype="float32"):
+    """A dense conv (``groups == 1``) over few input channels, vectorized along the output row
+    (an image's stem: 3 channels)::
+
+        D[n, o, oh, ow] = epilogue(sum_{rc, kh, kw} Xpad[n, rc, oh*sh + kh*dh, ow*sw + kw*dw] * W[o, rc, kh, kw])
+
+    over ``phase_planes`` as the depthwise kernel reads them; NCHW in and out, no unpack.
+    Returns ``(P, C, D)``."""
+    P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad)
+    rc = te.reduce_axis((_i64(0), _i64(g.C)), name="rc")
+    kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
+    kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
+    shape = (_i64(g.N), _i64(g.O), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
+    C = te.compute(shape, lambda n, o, oh, ow: te.sum(
+        tap(n, rc, oh, ow, kh, kw).astype(out_dtype) * Wt[o, rc, kh, kw].astype(out_dtype), axis=[rc, kh, kw]),
+        name="C")
+    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
+                        epilogue, extras, out_dtype)
+    return P, C, D
+
+
 def conv1x1_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, epilogue=(), extras=(), out_dtype="float32"):
     """A 1x1 stride-1 unpadded conv read and written in NCHW as it lies (no pack, no unpack)::
 

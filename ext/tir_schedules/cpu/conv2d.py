@@ -222,6 +222,42 @@ def schedule_depthwise_nchwc(sch: s_tir.Schedule, cfg: TileConfig, lanes: int) -
     sch.decompose_reduction(c, kh)
 
 
+def schedule_rows(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior: tuple) -> None:
+    """Blocks ``P``, ``C``, ``D`` of ``topi_kernels.conv2d.rows_nchw``: parallel over (image,
+    block of ``rows`` output rows); each thread pads the input rows its block reads (every
+    input channel, phase-split), then per ``ocb`` output channels and ``reg_n`` columns a
+    register tile of ``ocb * rows`` row vectors: per tap one vector load per row, shared by
+    ``ocb`` broadcast weights. The finished channel block goes through the epilogue in place."""
+    c = sch.get_sblock("C")
+    n, o, oh, ow, rc, kh, kw = sch.get_loops(c)
+    ob, oi = sch.split(o, [None, cfg.ocb])
+    ohb, ohi = sch.split(oh, [None, cfg.rows])
+    owo, owi = sch.split(ow, [None, cfg.reg_n])
+    sch.reorder(n, ohb, ob, owo, rc, kh, kw, oi, ohi, owi)
+    par = sch.fuse(n, ohb)
+    sch.parallel(par)
+    p = sch.get_sblock("P")
+    sch.compute_at(p, par)
+    schedule_phase_pack(sch, p, interior)
+    cw = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(cw, owo)
+    for loop in (kh, kw, oi, ohi):
+        sch.unroll(loop)
+    vw = vector_width(cfg.reg_n, lanes)
+    if vw:
+        _, vec = sch.split(owi, [None, vw])
+        sch.vectorize(vec)
+        _vectorize_split(sch, sch.get_loops(cw)[-1], vw)
+    else:
+        sch.unroll(owi)
+    d = sch.get_sblock("D")
+    if _try(sch.reverse_compute_at, d, ob):
+        _vectorize_widest(sch, sch.get_loops(d)[-1], lanes)
+    else:
+        sch.parallel(sch.fuse(*sch.get_loops(d)[:3]))
+    sch.decompose_reduction(c, rc)
+
+
 def schedule_phase_pack(sch: s_tir.Schedule, p, interior: tuple) -> None:
     """The phase-split pad ``P[hp, ph, q] = Xpad[hp, q*sw + ph]`` (loops ``hp, ph, q``).
 
