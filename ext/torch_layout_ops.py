@@ -1,8 +1,8 @@
 """ATen indexing and layout ops TVM's ``torch.export`` importer lacks or translates unlike
 PyTorch, written in Relax ops: ``index_put`` beyond one index tensor per axis (``x[idx] = v``,
 ``index_add``, ``index_copy``, ``x[mask] = v``), ``scatter_add``, ``Tensor.unfold``,
-``F.adaptive_max_pool2d``, ``nn.Bilinear`` (``_trilinear``), ``nn.EmbeddingBag`` and transposed
-3-D convolutions.
+``F.adaptive_max_pool2d``, max-pool indices (``max_unpool2d``; the stock indices were zeros),
+``nn.Bilinear`` (``_trilinear``), ``nn.EmbeddingBag`` and transposed 3-D convolutions.
 ``LayoutOps.layout_converters()`` maps their ATen names; ``_index_put`` and ``_convolution``
 override the stock methods of the same names.
 """
@@ -20,6 +20,16 @@ def _triple(value, default) -> list:
         value = default
     value = list(value) if isinstance(value, (list, tuple)) else [value]
     return [int(v) for v in (value * 3 if len(value) == 1 else value)]
+
+
+def _pair(value) -> list:
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [int(v) for v in (value * 2 if len(value) == 1 else value)]
+
+
+def _reads_indices(node) -> bool:
+    """Whether a ``(values, indices)`` node's indices have a reader."""
+    return any(getattr(u.target, "__name__", "") == "getitem" and u.args[1] == 1 and u.users for u in node.users)
 
 
 class LayoutOps(Emitting):
@@ -82,9 +92,8 @@ class LayoutOps(Emitting):
         the image evenly, else one max per window (``oh * ow`` of them, at most 256); returns
         ``(values, indices)`` and the indices must not be read."""
         x, (oh, ow) = self.env[node.args[0]], node.args[1]
-        for user in node.users:
-            if getattr(user.target, "__name__", "") == "getitem" and user.args[1] == 1 and user.users:
-                raise NotImplementedError("adaptive_max_pool2d: the indices (return_indices=True) do not import")
+        if _reads_indices(node):
+            raise NotImplementedError("adaptive_max_pool2d: the indices (return_indices=True) do not import")
         H, W = (int(d) for d in list(x.ty.shape)[-2:])
         if H % oh == 0 and W % ow == 0:
             out = self._emit(relax.op.nn.max_pool2d(x, (H // oh, W // ow), (H // oh, W // ow)))
@@ -99,6 +108,60 @@ class LayoutOps(Emitting):
         else:
             raise NotImplementedError(f"adaptive_max_pool2d to {oh}x{ow} from {H}x{W}: uneven windows, too many")
         return self._emit(relax.Tuple([out, out]))
+
+    def _max_pool2d_with_indices(self, node):
+        """``(values, indices)``: the stock converter returned zeros for the indices (max_unpool2d
+        then scattered every value to pixel 0). An index is ``h * W + w`` of the window's max in
+        the input plane, the first in window order, a NaN taken as PyTorch takes it (each NaN
+        replaces the max); a window of ``-inf`` keeps its first pixel inside the image. Computed
+        only when the indices are read (tap by tap: ``KH * KW`` compare-and-select steps)."""
+        x = self.env[node.args[0]]
+        k = _pair(node_arg(node, 1, "kernel_size"))
+        stride = _pair(node_arg(node, 2, "stride", None) or k)
+        pad, dil = _pair(node_arg(node, 3, "padding", 0)), _pair(node_arg(node, 4, "dilation", 1))
+        ceil = bool(node_arg(node, 5, "ceil_mode", False))
+        values = self._emit(relax.op.nn.max_pool2d(x, k, stride, pad, dil, ceil_mode=ceil))
+        if not _reads_indices(node):
+            return self._emit(relax.Tuple([values, values]))
+        dims = [size_of(x, d) for d in range(len(x.ty.shape))] + [size_of(values, -2), size_of(values, -1)]
+        if not all(isinstance(d, int) for d in dims):
+            raise NotImplementedError("max_pool2d indices (return_indices=True) need static sizes")
+        H, W, OH, OW = dims[-4:]
+        rows = [np.arange(OH) * stride[0] - pad[0] + i * dil[0] for i in range(k[0])]
+        cols = [np.arange(OW) * stride[1] - pad[1] + j * dil[1] for j in range(k[1])]
+        # the padded image every tap reads: -inf around it, wide enough for the last window
+        hp, wp = rows[-1][-1] + 1 + pad[0], cols[-1][-1] + 1 + pad[1]
+        xp = self._emit(relax.op.nn.pad(x, [0, 0] * (len(dims) - 4) + [pad[0], max(0, hp - H - pad[0]),
+                                                                       pad[1], max(0, wp - W - pad[1])],
+                                        pad_value=float("-inf")))
+        first = np.full((OH, OW), -1, "int64")  # the window's first pixel inside the image
+        taps = []
+        for i, r in enumerate(rows):
+            for j, c in enumerate(cols):
+                inside = ((r >= 0) & (r < H))[:, None] & ((c >= 0) & (c < W))[None, :]
+                at = r[:, None] * W + c[None, :]
+                first = np.where((first < 0) & inside, at, first)
+                taps.append((self._emit(relax.op.strided_slice(
+                    xp, [len(dims) - 4, len(dims) - 3], [i * dil[0], j * dil[1]],
+                    [i * dil[0] + (OH - 1) * stride[0] + 1, j * dil[1] + (OW - 1) * stride[1] + 1], stride)), at))
+        best, bidx = relax.const(float("-inf"), str(x.ty.dtype)), relax.const(first)
+        for tap, at in taps:
+            take = self._emit(relax.op.logical_or(relax.op.greater(tap, best), relax.op.isnan(tap)))
+            best = self._emit(relax.op.where(take, tap, best))
+            bidx = self._emit(relax.op.where(take, relax.const(at.astype("int64")), bidx))
+        return self._emit(relax.Tuple([values, bidx]))
+
+    def _max_pool1d_with_indices(self, node):
+        return self._pool_values_only(node, super()._max_pool1d_with_indices, "max_pool1d")
+
+    def _max_pool3d_with_indices(self, node):
+        return self._pool_values_only(node, super()._max_pool3d_with_indices, "max_pool3d")
+
+    def _pool_values_only(self, node, stock, name: str):
+        """The stock pool, whose indices are zeros: refused when they are read."""
+        if _reads_indices(node):
+            raise NotImplementedError(f"{name} indices (return_indices=True) do not import; max_pool2d's do")
+        return stock(node)
 
     def _index_put(self, node):
         """``x[i0, i1, ...] = v`` (``index_put``, also ``index_add``/``index_copy`` decomposed):

@@ -88,11 +88,28 @@ class ExtraOps(Emitting):
             "bucketize.Tensor": self._bucketize_nan_last,
             "median.dim": self._median,
             "median.default": self._median,
+            "group_norm.default": lambda node: self._group_norm_of(node, 2, 3, node_arg(node, 1, "num_groups"),
+                                                                   node_arg(node, 4, "eps", 1e-5)),
+            "native_group_norm.default": lambda node: self._group_norm_of(node, 1, 2, node.args[6], node.args[7]),
         })
         for name, stock in (("clamp.default", self._clamp), ("clamp_min.default", self._clamp_min),
                             ("clamp_max.default", self._clamp_max)):
             table[name] = lambda node, stock=stock: self._integer_clamp(node, stock)
         return table
+
+    def _group_norm_of(self, node, w_at: int, b_at: int, groups: int, eps: float):
+        """Group norm; a missing weight or bias (``affine=False``, ``F.group_norm(x, g)``) is ones
+        or zeros: the stock converter passed None on, and the build crashed on a null node."""
+        x = self.env[node.args[0]]
+        dt, c = x.ty.dtype, size_of(x, 1)
+
+        def given(at, fill):
+            arg = node.args[at] if len(node.args) > at else None
+            return self.env[arg] if arg is not None else relax.op.full((c,), relax.const(fill, dt), dt)
+
+        return self._emit(relax.op.nn.group_norm(x, given(w_at, 1.0), given(b_at, 0.0), num_groups=int(groups),
+                                                 channel_axis=1, axes=list(range(2, len(x.ty.shape))),
+                                                 epsilon=float(eps)))
 
     def _reduce(self, node, fn):
         x = self.env[node.args[0]]

@@ -83,6 +83,24 @@ CASES = {
     "unfold_windows": (lambda x: x.unfold(-1, 4, 3).sum(-1) + x.unfold(1, 2, 1).sum(-1)[:, :1, :4], [(2, 5, 13)]),
     "cdist": (lambda x, y: torch.cdist(x, y) + torch.cdist(x, y, p=1) + torch.cdist(x, y, p=float("inf"))
               + torch.cdist(x, y, p=3), [(2, 5, 7), (2, 3, 7)]),
+    # group norm without weight and bias: the stock converter passed None on and the build crashed
+    "group_norm_no_affine": (lambda x: F.group_norm(x, 3) + torch.nn.GroupNorm(1, 6, affine=False)(x), [(2, 6, 5, 7)]),
+    # max-pool indices were zeros (max_unpool2d scattered every value to pixel 0): SegNet's unpooling
+    "max_unpool2d": (lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(7, 9)),
+                     [(1, 3, 7, 9)]),
+    "max_pool_indices": (lambda x: torch.cat([
+        F.max_pool2d(x, 3, 2, 1, return_indices=True)[1].flatten(),
+        F.max_pool2d(x, 3, 2, 0, ceil_mode=True, return_indices=True)[1].flatten(),
+        F.max_pool2d(x, 2, 1, 1, dilation=2, return_indices=True)[1].flatten(),
+        F.max_pool1d(x[0], 3, 2, 1, return_indices=True)[1].flatten()]).float(), [(2, 3, 9, 10)]),
+    # a NaN is the max (PyTorch takes each NaN it meets); a window of -inf keeps its first pixel inside
+    "max_pool_indices_special": (lambda x: torch.cat([
+        F.max_pool2d(x.masked_fill(x > 1.0, float("nan")), 3, 2, 1, return_indices=True)[1].flatten(),
+        F.max_pool2d(x.masked_fill(x < 0.5, float("-inf")), 3, 2, 1, return_indices=True)[1].flatten()]).float(),
+        [(1, 4, 8, 8)]),
+    # a float divided by a constant zero stopped the build (TIR's "Divide by zero"): IEEE's infinities
+    "divide_by_zero": (lambda x: torch.cat([x, torch.cat([x, torch.zeros(3, 1)], 1) / 0.0, x.sum(1, keepdim=True) / -0.0],
+                                           1), [(3, 7)]),
 }
 
 
@@ -95,6 +113,7 @@ def test_op_imports_and_matches_pytorch(cpu_target, name):
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
     finite = np.isfinite(want)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{name}: NaN positions")
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)], err_msg=f"{name}: infinities")
     scale = max(float(np.abs(want[finite]).max()), 1e-30)
     assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4 * scale, what=name)
 
@@ -103,6 +122,16 @@ def test_adaptive_max_pool_indices_are_refused(cpu_target):
     model = Call(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True)[1].float()).eval()
     with pytest.raises(Exception, match="indices"):
         from_torch(model, [torch.randn(1, 2, 7, 7)])
+
+
+def test_max_pool3d_indices_are_refused(cpu_target):
+    """3-D pool indices stay the stock zeros: refused when read, imported when not (1-D pools
+    export as 2-D ones: their indices import, ``max_pool_indices``)."""
+    x = [torch.randn(1, 2, 5, 7, 6)]
+    with pytest.raises(Exception, match="indices"):
+        from_torch(Call(lambda x: F.max_pool3d(x, 3, 2, return_indices=True)[1].float()).eval(), x)
+    got, want = torch_and_ext(Call(lambda x: F.max_pool3d(x, 3, 2, return_indices=True)[0]).eval(), x, cpu_target)
+    assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 class Bags(torch.nn.Module):

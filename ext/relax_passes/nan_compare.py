@@ -20,11 +20,15 @@ compare); ``x == x`` becomes ``~isnan(x)``. ``maximum(a, b)`` / ``minimum`` of f
 ``a > b ? a : b``, which answers ``b`` for a NaN ``a`` (``torch.maximum`` answers NaN from either
 side): they become ``isnan(a) ? a : maximum(a, b)``. A float times a constant 0 (a decomposed
 softshrink's "else 0" branch is ``x * 0``) is folded to 0 by the TIR simplifier, NaN and
-infinities too: it becomes ``isnan(x) | isinf(x) ? NaN : 0`` (the sign of a zero is not kept).
+infinities too: it becomes ``isnan(x) | isinf(x) ? NaN : 0`` (the sign of a zero is not kept);
+a float divided by a constant 0 stopped the build ("Divide by zero" in the TIR builder): it
+becomes ``x * inf`` with the zero's sign (``0 / 0`` and ``nan / 0`` NaN, as IEEE says).
 Integer comparisons are left as they are. A negation over a combination of comparisons
 (``~(a < b & c < d)``) is not rewritten.
 """
 from __future__ import annotations
+
+import math
 
 import tvm
 from tvm import relax
@@ -52,12 +56,18 @@ def _or_nan(cmp, a, b):
     return relax.op.logical_or(nan, cmp)
 
 
+def _zero_constant(x, c):
+    """The value of ``c`` when it is a one-element constant 0 that does not widen ``x``; None otherwise."""
+    value = c.value.numpy() if isinstance(c, tvm.ir.expr.Constant) else None
+    if value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 0.0 and value.ndim <= len(x.ty.shape):
+        return float(value.reshape(-1)[0])
+    return None
+
+
 def _times_zero(a, b):
-    """The tensor operand of ``a * b`` when the other is a one-element constant 0 that does not
-    widen the product; None otherwise."""
+    """The tensor operand of ``a * b`` when the other is a constant 0 (``_zero_constant``)."""
     for x, c in ((a, b), (b, a)):
-        value = c.value.numpy() if isinstance(c, tvm.ir.expr.Constant) else None
-        if value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 0.0 and value.ndim <= len(x.ty.shape):
+        if _zero_constant(x, c) is not None:
             return x
     return None
 
@@ -87,6 +97,11 @@ class _Compare(PyExprMutator):
                 dt = zero_times.ty.dtype
                 special = relax.op.logical_or(relax.op.isnan(zero_times), relax.op.isinf(zero_times))
                 return relax.op.where(special, relax.const(float("nan"), dt), relax.const(0.0, dt))
+        if name == "relax.divide" and _float_operands(call):
+            zero = _zero_constant(*call.args)
+            if zero is not None:  # IEEE: x / +-0 is x * +-inf
+                x = call.args[0]
+                return relax.op.multiply(x, relax.const(math.copysign(math.inf, zero), x.ty.dtype))
         if name in REFLEXIVE and call.args[0].same_as(call.args[1]) and _float_operands(call):
             return relax.op.logical_not(relax.op.isnan(call.args[0]))
         if name == "relax.logical_not":
@@ -102,7 +117,7 @@ def NaNSafeCompare() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """Module pass: float ``!=`` and negated comparisons as IEEE computes them (module doc)."""
     def run(mod, _ctx):
         if not has_op(mod, "relax.not_equal", "relax.logical_not", "relax.maximum", "relax.minimum", "relax.multiply",
-                       *REFLEXIVE):
+                       "relax.divide", *REFLEXIVE):
             return mod
         return mutate_functions(_Compare(mod), mod)
 
