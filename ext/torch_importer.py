@@ -35,6 +35,7 @@ from tvm.relax.frontend.torch.exported_program_translator import ExportedProgram
 from .torch_fft import ComplexFFT
 from .torch_layout_ops import LayoutOps
 from .torch_ops import ExtraOps
+from .torch_resize import ExactResize
 
 
 def _value_range(arg, ranges):
@@ -59,7 +60,7 @@ def _symbolic(value) -> bool:
     return tvm.ir.is_prim_expr(value) and not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
 
 
-class Importer(ComplexFFT, ExtraOps, LayoutOps, ExportedProgramImporter):
+class Importer(ComplexFFT, ExtraOps, LayoutOps, ExactResize, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):

@@ -151,6 +151,27 @@ class LayoutOps(Emitting):
             bidx = self._emit(relax.op.where(take, relax.const(at.astype("int64")), bidx))
         return self._emit(relax.Tuple([values, bidx]))
 
+    def _avg_pool2d(self, node):
+        """``divisor_override``: the window's sum over that number, which the stock translation
+        ignored (it divided by the window count). The sum is the average over the pixels inside
+        the image times their count (a constant per output position)."""
+        divisor = node_arg(node, 6, "divisor_override", None)
+        if not divisor:
+            return super()._avg_pool2d(node)
+        x = self.env[node.args[0]]
+        k = _pair(node_arg(node, 1, "kernel_size"))
+        stride = _pair(node_arg(node, 2, "stride", None) or k)
+        pad, ceil = _pair(node_arg(node, 3, "padding", 0)), bool(node_arg(node, 4, "ceil_mode", False))
+        avg = self._emit(relax.op.nn.avg_pool2d(x, k, stride, pad, ceil_mode=ceil, count_include_pad=False,
+                                                layout="NCHW"))
+        size = [size_of(x, d) for d in (-2, -1)] + [size_of(avg, d) for d in (-2, -1)]
+        if not all(isinstance(d, int) for d in size):
+            raise NotImplementedError("avg_pool2d with divisor_override needs static sizes")
+        inside = [np.minimum(np.arange(o) * s - p + kk, n) - np.maximum(np.arange(o) * s - p, 0)
+                  for n, o, s, p, kk in zip(size[:2], size[2:], stride, pad, k)]
+        scale = np.outer(*inside).astype(str(x.ty.dtype)) / np.array(divisor, str(x.ty.dtype))
+        return self._emit(relax.op.multiply(avg, relax.const(scale)))
+
     def _max_pool1d_with_indices(self, node):
         return self._pool_values_only(node, super()._max_pool1d_with_indices, "max_pool1d")
 

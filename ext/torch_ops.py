@@ -88,6 +88,7 @@ class ExtraOps(Emitting):
             "bucketize.Tensor": self._bucketize_nan_last,
             "median.dim": self._median,
             "median.default": self._median,
+            "sort.stable": self._sort,  # argsort is a stable sort (std::stable_sort; ties keep their order)
             "group_norm.default": lambda node: self._group_norm_of(node, 2, 3, node_arg(node, 1, "num_groups"),
                                                                    node_arg(node, 4, "eps", 1e-5)),
             "native_group_norm.default": lambda node: self._group_norm_of(node, 1, 2, node.args[6], node.args[7]),
@@ -96,6 +97,24 @@ class ExtraOps(Emitting):
                             ("clamp_max.default", self._clamp_max)):
             table[name] = lambda node, stock=stock: self._integer_clamp(node, stock)
         return table
+
+    def _div(self, node):
+        """A Python number divisor takes the tensor's dtype: the stock ``relax.const(3)`` was int32,
+        and ``(x * 10).long() // 3`` (an int64 tensor) failed to build."""
+        x, y = self.env.get(node.args[0], node.args[0]), node.args[1]
+        if isinstance(y, (int, float)) and isinstance(getattr(x, "ty", None), relax.TensorType):
+            dt = str(x.ty.dtype)
+            if isinstance(y, float) and not dt.startswith(("float", "bfloat")):
+                return super()._div(node)  # an int tensor over a float: the stock promotion
+            mode = node_arg(node, 2, "rounding_mode", None)
+            if mode is None and not dt.startswith(("float", "bfloat")):  # true division of integers
+                x, dt = self._emit(relax.op.astype(x, "float32")), "float32"
+            c = relax.const(y, dt)
+            if mode == "floor":
+                return self._emit(relax.op.floor_divide(x, c))
+            out = self._emit(relax.op.divide(x, c))
+            return self._emit(relax.op.trunc(out)) if mode == "trunc" and dt.startswith(("float", "bfloat")) else out
+        return super()._div(node)
 
     def _group_norm_of(self, node, w_at: int, b_at: int, groups: int, eps: float):
         """Group norm; a missing weight or bias (``affine=False``, ``F.group_norm(x, g)``) is ones

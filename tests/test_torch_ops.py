@@ -98,6 +98,26 @@ CASES = {
         F.max_pool2d(x.masked_fill(x > 1.0, float("nan")), 3, 2, 1, return_indices=True)[1].flatten(),
         F.max_pool2d(x.masked_fill(x < 0.5, float("-inf")), 3, 2, 1, return_indices=True)[1].flatten()]).float(),
         [(1, 4, 8, 8)]),
+    # scale factors whose output size is not in * s, and antialiasing: resize2d used in / out, and
+    # a plain bilinear resize for antialias=True
+    "interpolate_scale_factor": (lambda x: torch.cat([
+        F.interpolate(x, scale_factor=1.7, mode="bilinear").flatten(),
+        F.interpolate(x, scale_factor=(0.6, 1.3), mode="bicubic").flatten(),
+        F.interpolate(x, scale_factor=1.7, mode="nearest").flatten(),
+        F.interpolate(x, scale_factor=2.0, mode="bilinear").flatten()]), [(1, 3, 9, 11)]),
+    "interpolate_antialias": (lambda x: torch.cat([
+        F.interpolate(x, size=(4, 5), mode="bilinear", antialias=True).flatten(),
+        F.interpolate(x, scale_factor=0.37, mode="bilinear", antialias=True).flatten()]), [(2, 3, 13, 11)]),
+    "avg_pool_divisor_override": (lambda x: F.avg_pool2d(x, 3, 2, 1, divisor_override=5)
+                                  + F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=2),
+                                  [(2, 3, 9, 11)]),
+    # an integer tensor over a Python int: the stock constant was int32 and the build failed
+    "integer_division": (lambda x: torch.cat([((x * 10).long() // 3).float(), ((x * 10).long() // -3).float(),
+                                              torch.div((x * 10).long(), 4, rounding_mode="trunc").float(),
+                                              torch.div((x * 10).long(), 4)], 1), [(3, 7)]),
+    "stable_sort": (lambda x: torch.cat([torch.round(x * 2).argsort(dim=1, stable=True),
+                                         torch.round(x * 2).argsort(dim=1, stable=True, descending=True)]).float(),
+                    [(3, 11)]),
     # a float divided by a constant zero stopped the build (TIR's "Divide by zero"): IEEE's infinities
     "divide_by_zero": (lambda x: torch.cat([x, torch.cat([x, torch.zeros(3, 1)], 1) / 0.0, x.sum(1, keepdim=True) / -0.0],
                                            1), [(3, 7)]),
