@@ -9,6 +9,9 @@ the conv's padding. Here they become the Relax ops ``from_torch`` produces (``re
 a NaN bound of ``Clip`` is no bound (as onnxruntime); a NaN input stays NaN (``relax.clip``'s
 lowering keeps it). Anything else goes to the stock converter.
 
+``Resize`` by a ``scales`` input the output size does not state maps pixels back with that scale
+(``Resize`` below); ``Celu``, ``DFT`` and the recurrent layers are added.
+
 ``with converters(): ...`` installs them around one import (the importer looks its table up
 per node through the module function ``_get_convert_map``).
 """
@@ -19,6 +22,7 @@ import functools
 import math
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
@@ -173,8 +177,58 @@ class DFT(stock.OnnxOpConverter):
         return out
 
 
+class Resize(stock.Resize):
+    """A ``scales`` input whose output size is not ``in * scale``: the source coordinate comes from
+    the given scale (``(dst + 0.5) / scale - 0.5``), where the stock converter's ``resize2d`` used
+    ``in / out`` (bilinear off by up to 1.3 at ``scales`` 1.7, nearest rows off by one; a silent
+    wrong answer). Such resizes resample along H and W with ``torch_resize``'s taps; others, and
+    ``exclude_outside``, antialiasing or a crop ROI, keep the stock converter."""
+
+    @classmethod
+    def _impl_v18(cls, bb, inputs, attr, params):
+        out = cls._by_scale(bb, inputs, attr, params)
+        return out if out is not None else super()._impl_v18(bb, inputs, attr, params)
+
+    @classmethod
+    def _by_scale(cls, bb, inputs, attr, params):
+        from .torch_resize import resample, taps
+
+        x = inputs[0]
+        scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
+        coord = attr.get("coordinate_transformation_mode", b"half_pixel").decode("ascii")
+        mode = attr.get("mode", b"nearest").decode("ascii")
+        if (not isinstance(scales, tvm.ir.GenericConst) or len(x.ty.shape) != 4 or attr.get("exclude_outside", 0)
+                or attr.get("antialias", 0) or coord not in ("half_pixel", "pytorch_half_pixel", "asymmetric")):
+            return None
+        dims = [getattr(d, "value", None) for d in list(x.ty.shape)[2:]]
+        scale = [float(v) for v in scales.value.numpy()[2:]]
+        if len(scale) != 2 or not all(isinstance(d, int) for d in dims) or all(d * f == int(d * f) for d, f in zip(dims, scale)):
+            return None
+        emit = bb.normalize
+        for axis, (n_in, f) in enumerate(zip(dims, scale)):
+            n_out = int(np.floor(n_in * f))
+            if n_out < 2 and coord == "pytorch_half_pixel":
+                return None
+            if mode == "nearest":
+                index, weight = _nearest(n_in, n_out, f, coord, attr.get("nearest_mode", b"round_prefer_floor")), None
+            else:
+                index, weight = taps(n_in, n_out, "cubic" if mode == "cubic" else "linear", False, f,
+                                     cubic_a=attr.get("cubic_coeff_a", -0.75), asymmetric=coord == "asymmetric")
+            x = resample(emit, x, 2 + axis, index, weight)
+        return x
+
+
+def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
+    """``(n_out, 1)`` source indices of ONNX's nearest mode (float32 coordinates, as onnxruntime)."""
+    o, f = np.arange(n_out, dtype="float32"), np.float32(scale)
+    src = o / f if coord == "asymmetric" else (o + np.float32(0.5)) / f - np.float32(0.5)
+    pick = {b"floor": np.floor, b"ceil": np.ceil, b"round_prefer_ceil": lambda v: np.floor(v + np.float32(0.5)),
+            b"round_prefer_floor": lambda v: np.ceil(v - np.float32(0.5))}[rounding]
+    return np.clip(pick(src), 0, n_in - 1).astype("int64")[:, None]
+
+
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
-             **RECURRENT}
+             "Resize": Resize, **RECURRENT}
 
 
 @contextlib.contextmanager

@@ -40,9 +40,12 @@ def _cubic(x: float, a: float) -> float:
     return 0.0
 
 
-def taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale=None, antialias: bool = False):
+def taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale=None, antialias: bool = False,
+         cubic_a: float = CUBIC_A, asymmetric: bool = False):
     """``(index, weight)``: ``(n_out, T)`` source indices and weights of one axis, as PyTorch
-    resamples it (``mode`` "linear" or "cubic")."""
+    resamples it (``mode`` "linear" or "cubic"); ONNX's ``Resize`` computes the same (its
+    half-pixel linear reads the edge pixel for a source below 0, as PyTorch's clamp does), with
+    its ``cubic_coeff_a`` and ``asymmetric`` coordinates (``src = dst / scale``)."""
     s = _source_scale(n_in, n_out, align_corners, scale)
     rows = []
     for o in range(n_out):
@@ -58,7 +61,7 @@ def taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale=None, anti
             total = sum(w)
             rows.append(list(zip(range(lo, hi), [v / total if total else v for v in w])))
             continue
-        src = s * o if align_corners else s * (o + 0.5) - 0.5
+        src = s * o if align_corners or asymmetric else s * (o + 0.5) - 0.5
         if mode == "linear":
             if n_in == n_out:
                 rows.append([(o, 1.0)])
@@ -70,7 +73,7 @@ def taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale=None, anti
         else:
             i0 = int(math.floor(src))
             t = src - i0
-            w = [_cubic(t + 1, CUBIC_A), _cubic(t, CUBIC_A), _cubic(1 - t, CUBIC_A), _cubic(2 - t, CUBIC_A)]
+            w = [_cubic(t + 1, cubic_a), _cubic(t, cubic_a), _cubic(1 - t, cubic_a), _cubic(2 - t, cubic_a)]
             rows.append([(min(max(i0 - 1 + k, 0), n_in - 1), w[k]) for k in range(4)])
     width = max(len(r) for r in rows)
     # short rows repeat their first tap with weight 0: an index PyTorch reads for that output too
@@ -129,13 +132,20 @@ class ExactResize(Emitting):
         return x
 
     def _resample(self, x, axis: int, index, weight):
-        """``sum_t x.take(index[:, t], axis) * weight[:, t]`` along ``axis``."""
-        rank, dt = len(x.ty.shape), str(x.ty.dtype)
-        shape = [1] * rank
-        shape[axis] = index.shape[0]
-        acc = None
-        for t in range(index.shape[1]):
-            tap = self._emit(relax.op.take(x, relax.const(index[:, t]), axis=axis))
-            term = self._emit(relax.op.multiply(tap, relax.const(weight[:, t].reshape(shape).astype(dt))))
-            acc = term if acc is None else self._emit(relax.op.add(acc, term))
-        return acc
+        return resample(self._emit, x, axis, index, weight)
+
+
+def resample(emit, x, axis: int, index, weight):
+    """``sum_t x.take(index[:, t], axis) * weight[:, t]`` along ``axis`` (``weight`` None: one
+    tap, a plain ``take``); ``emit`` binds each step."""
+    if weight is None:
+        return emit(relax.op.take(x, relax.const(index[:, 0]), axis=axis))
+    rank, dt = len(x.ty.shape), str(x.ty.dtype)
+    shape = [1] * rank
+    shape[axis] = index.shape[0]
+    acc = None
+    for t in range(index.shape[1]):
+        tap = emit(relax.op.take(x, relax.const(index[:, t]), axis=axis))
+        term = emit(relax.op.multiply(tap, relax.const(weight[:, t].reshape(shape).astype(dt))))
+        acc = term if acc is None else emit(relax.op.add(acc, term))
+    return acc

@@ -274,3 +274,28 @@ def test_reduce_log_sum_exp_with_infinities(opset):
     got = _run(model, x)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     assert_close(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6, atol=1e-6, what="logsumexp")
+
+
+@pytest.mark.parametrize("mode,coord,nearest", [("linear", "pytorch_half_pixel", "round_prefer_floor"),
+                                                ("linear", "half_pixel", "round_prefer_floor"),
+                                                ("cubic", "pytorch_half_pixel", "round_prefer_floor"),
+                                                ("nearest", "asymmetric", "floor"),
+                                                ("nearest", "half_pixel", "round_prefer_ceil"),
+                                                ("linear", "asymmetric", "round_prefer_floor")])
+def test_resize_by_a_scale_the_sizes_do_not_state(mode, coord, nearest):
+    """``scales`` 1.7 and 0.6 on 9 x 11: outputs 15 x 6, whose pixels map back with the given
+    scale. The stock ``resize2d`` used ``in / out`` (bilinear off by up to 1.3, nearest rows off by
+    one); whole scales keep the stock converter."""
+    ort = pytest.importorskip("onnxruntime")
+    nodes = [_const("roi", [], np.float32), _const("scales", [1, 1, 1.7, 0.6], np.float32),
+             helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode, coordinate_transformation_mode=coord,
+                              nearest_mode=nearest)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 9, 11])], "y")
+    x = _x(2, 3, 9, 11)
+    x[0, 1, 4, 5] = np.nan  # reaches only the outputs whose taps read it
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = _run(model, x)
+    assert got.shape == want.shape == (2, 3, 15, 6)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert_close(got[ok], want[ok], rtol=1e-5, atol=1e-5, what=f"Resize {mode} {coord}")
