@@ -168,15 +168,9 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
     schedule_phase_pack(sch, p, interior)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
-    vw = vector_width(cfg.reg_n, lanes)
     for loop in (kh, kw, ohi):
         sch.unroll(loop)
-    if vw:
-        _, vec = sch.split(owi, [None, vw])
-        sch.vectorize(vec)
-        _vectorize_split(sch, sch.get_loops(cw)[-1], vw)
-    else:
-        sch.unroll(owi)
+    _row_vectors(sch, owi, cw, cfg.reg_n, lanes)
     d = sch.get_sblock("D")
     if _try(sch.reverse_compute_at, d, ohb):
         dl = sch.get_loops(d)
@@ -243,19 +237,25 @@ def schedule_rows(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior: tup
     sch.reverse_compute_at(cw, owo)
     for loop in (kh, kw, oi, ohi):
         sch.unroll(loop)
-    vw = vector_width(cfg.reg_n, lanes)
-    if vw:
-        _, vec = sch.split(owi, [None, vw])
-        sch.vectorize(vec)
-        _vectorize_split(sch, sch.get_loops(cw)[-1], vw)
-    else:
-        sch.unroll(owi)
+    _row_vectors(sch, owi, cw, cfg.reg_n, lanes)
     d = sch.get_sblock("D")
     if _try(sch.reverse_compute_at, d, ob):
         _vectorize_widest(sch, sch.get_loops(d)[-1], lanes)
     else:
         sch.parallel(sch.fuse(*sch.get_loops(d)[:3]))
     sch.decompose_reduction(c, rc)
+
+
+def _row_vectors(sch: s_tir.Schedule, owi, cw, reg_n: int, lanes: int) -> None:
+    """A row tile's ``reg_n`` columns as vectors of the widest width dividing them (unrolled when
+    none does), and its write-back ``cw`` likewise."""
+    vw = vector_width(reg_n, lanes)
+    if vw:
+        _, vec = sch.split(owi, [None, vw])
+        sch.vectorize(vec)
+        _vectorize_split(sch, sch.get_loops(cw)[-1], vw)
+    else:
+        sch.unroll(owi)
 
 
 def schedule_phase_pack(sch: s_tir.Schedule, p, interior: tuple) -> None:
