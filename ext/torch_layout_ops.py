@@ -1,6 +1,6 @@
 """ATen indexing and layout ops TVM's ``torch.export`` importer lacks or translates unlike
 PyTorch, written in Relax ops: ``index_put`` beyond one index tensor per axis (``x[idx] = v``,
-``index_add``, ``index_copy``, ``x[mask] = v``), ``scatter_add``, ``Tensor.unfold``,
+``index_add``, ``index_copy``, ``x[mask] = v``), ``scatter_add``, ``scatter_reduce``, ``Tensor.unfold``,
 ``F.adaptive_max_pool2d``, max-pool indices (``max_unpool2d``; the stock indices were zeros),
 ``nn.Bilinear`` (``_trilinear``), ``nn.EmbeddingBag`` and transposed 3-D convolutions.
 ``LayoutOps.layout_converters()`` maps their ATen names; ``_index_put`` and ``_convolution``
@@ -39,11 +39,45 @@ class LayoutOps(Emitting):
         return {"scatter_add.default": self._scatter_add, "adaptive_max_pool2d.default": self._adaptive_max_pool2d,
                 "_trilinear.default": self._trilinear, "unfold.default": self._unfold_windows,
                 "_embedding_bag.default": self._embedding_bag,
-                "_embedding_bag_forward_only.default": self._embedding_bag}
+                "_embedding_bag_forward_only.default": self._embedding_bag,
+                "scatter_reduce.two": self._scatter_reduce}
 
     def _scatter_add(self, node):
         x, dim, index, src = self.env[node.args[0]], node.args[1], self.env[node.args[2]], self.env[node.args[3]]
         return self._emit(relax.op.scatter_elements(x, index, src, axis=dim, reduction="add"))
+
+    def _scatter_reduce(self, node):
+        """``scatter_reduce`` (graph networks' neighbour aggregation): sum, prod, amax, amin on any
+        dtype, mean on floats; ``include_self=False`` first overwrites the positions the index
+        reaches with the reduction's identity (mean: zero, and a count that leaves ``self`` out)."""
+        x, dim, index, src = self.env[node.args[0]], node.args[1], self.env[node.args[2]], self.env[node.args[3]]
+        how, include_self = node_arg(node, 4, "reduce"), bool(node_arg(node, 5, "include_self", True))
+        dt = str(x.ty.dtype)
+        floating = dt.startswith(("float", "bfloat"))
+        if how == "mean" and not floating:
+            raise NotImplementedError(f"scatter_reduce mean of {dt}: integer means do not import")
+        kinds = {"sum": ("add", 0), "prod": ("mul", 1), "amax": ("max", "-inf"), "amin": ("min", "inf"),
+                 "mean": ("add", 0)}
+        if how not in kinds:
+            raise NotImplementedError(f"scatter_reduce {how!r} does not import")
+        op, identity = kinds[how]
+
+        def fill(value, like):
+            if isinstance(value, str):
+                value = float(value) if floating else (np.iinfo(dt).min if value == "-inf" else np.iinfo(dt).max)
+            # a broadcast constant: full_like's legalization fails on an infinite fill value
+            return relax.op.broadcast_to(relax.const(value, str(like.ty.dtype)), relax.get_shape_of(like))
+
+        def scatter(base, values, reduction):
+            return self._emit(relax.op.scatter_elements(base, index, values, axis=dim, reduction=reduction))
+
+        base = x if include_self else scatter(x, self._emit(fill(identity, src)), "update")
+        out = scatter(base, src, op)
+        if how != "mean":
+            return out
+        ones = self._emit(fill(1.0, x))
+        count = ones if include_self else scatter(ones, self._emit(fill(0.0, src)), "update")
+        return self._emit(relax.op.divide(out, scatter(count, self._emit(fill(1.0, src)), "add")))
 
     def _embedding_bag(self, node):
         """``nn.EmbeddingBag`` (DLRM's sparse features): the rows of ``weight`` at ``indices``

@@ -118,6 +118,16 @@ CASES = {
     "stable_sort": (lambda x: torch.cat([torch.round(x * 2).argsort(dim=1, stable=True),
                                          torch.round(x * 2).argsort(dim=1, stable=True, descending=True)]).float(),
                     [(3, 11)]),
+    # graph networks' neighbour aggregation: every reduction, with and without self
+    "scatter_reduce": (lambda x: torch.cat([
+        torch.ones(3, 4).scatter_reduce(1, (torch.arange(7) % 3).repeat(3, 1), x, "sum", include_self=False),
+        torch.full((3, 4), 2.0).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), x, "prod"),
+        torch.zeros(3, 4).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), x, "amax", include_self=False),
+        torch.zeros(3, 4).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), x, "amin"),
+        torch.full((3, 4), 7.0).scatter_reduce(1, (torch.arange(7) % 3).repeat(3, 1), x, "mean", include_self=False),
+        torch.full((3, 4), 7.0).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), x, "mean"),
+        torch.zeros(3, 4, dtype=torch.long).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), (x * 10).long(),
+                                                           "amax", include_self=False).float()], 1), [(3, 7)]),
     # a float divided by a constant zero stopped the build (TIR's "Divide by zero"): IEEE's infinities
     "divide_by_zero": (lambda x: torch.cat([x, torch.cat([x, torch.zeros(3, 1)], 1) / 0.0, x.sum(1, keepdim=True) / -0.0],
                                            1), [(3, 7)]),
