@@ -209,3 +209,16 @@ def test_op_over_a_symbolic_length(cpu_target, name):
             want = model(x).numpy()
         got = vm["main"](tvm.runtime.tensor(x.numpy())).numpy()
         assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"{name} at length {length}")
+
+
+def test_log_of_sigmoid_does_not_underflow(cpu_target):
+    """``log(sigmoid(x))`` written out (and ONNX's ``Log(Sigmoid(x))`` for ``F.logsigmoid``): below
+    x = -87 the sigmoid is a denormal that ext's kernels flush to zero, and the log was -inf.
+    Rewritten (``StableLogSigmoid``), it answers ``F.logsigmoid``'s value, NaN and infinities too."""
+    x = torch.tensor([[-150.0, -90.0, -20.0, -1e-3, 0.0, 3.0, 40.0, float("nan"), -float("inf"), float("inf")]])
+    got, _ = torch_and_ext(Call(lambda a: torch.log(torch.sigmoid(a))).eval(), [x], cpu_target)
+    want = F.logsigmoid(x).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    fine = np.isfinite(want)
+    assert_close(got[fine], want[fine], rtol=1e-6, atol=1e-7, what="log(sigmoid(x))")

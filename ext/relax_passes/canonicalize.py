@@ -4,7 +4,7 @@ over the output frames (``conv3d``), a transposed conv2d as a conv2d (``conv_tra
 of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
 mean or max over H and W (``global_pool``), a nearest resize to its own
 size and a cast to its input's dtype dropped (``identity_resize``), GELU's tanh form written out as one op
-(``gelu_tanh``), constant folding, importer reshapes around
+(``gelu_tanh``), ``log(sigmoid(x))`` without underflow (``log_sigmoid``), constant folding, importer reshapes around
 linear layers undone (``unflatten_linear``), a constant per-channel scale and shift after a
 conv2d or matmul folded into its weight and bias (``fold_affine``), a top-1 whose indices nobody reads as a
 max reduction (``top_one``), float ``!=`` and negated comparisons true at NaN (``nan_compare``), sorts that put NaN last (``nan_order``), common-subexpression elimination (also before folding), bindings
@@ -23,6 +23,7 @@ from .fold_constants import FoldConstants, FoldRemainingConstants
 from .gelu_tanh import RecognizeGeluTanh
 from .global_pool import GlobalPoolToReduce
 from .identity_resize import DropIdentityCast, DropIdentityResize
+from .log_sigmoid import StableLogSigmoid
 from .merge_clips import MergeClips
 from .nan_compare import NaNSafeCompare
 from .nan_order import NaNLastSort
@@ -36,6 +37,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     return tvm.transform.Sequential([
         ProveSliceBounds(),  # before anything legalizes: a clamp's min() hides every shape after it
         relax.transform.DecomposeOpsForInference(),
+        StableLogSigmoid(),  # before NaNSafeCompare: the minimum it writes keeps a NaN
         NaNSafeCompare(),  # before anything fuses a negated float comparison into a kernel
         BoolArithmetic(),  # after it: the reflexive compares it rewrites leave bool products
         Conv1dToConv2d(),  # before folding: the weight reshapes it adds fold with the rest
