@@ -10,7 +10,9 @@ a NaN bound of ``Clip`` is no bound (as onnxruntime); a NaN input stays NaN (``r
 lowering keeps it). Anything else goes to the stock converter.
 
 ``Resize`` by a ``scales`` input the output size does not state maps pixels back with that scale
-(``Resize`` below); ``Celu``, ``DFT`` and the recurrent layers are added.
+(``Resize`` below; an empty ``scales`` beside ``sizes`` counts as none, where the stock
+converter stopped on an assertion); ``Celu``, ``DFT``, ``LpNormalization`` and the recurrent
+layers are added.
 
 ``with converters(): ...`` installs them around one import (the importer looks its table up
 per node through the module function ``_get_convert_map``).
@@ -177,6 +179,19 @@ class DFT(stock.OnnxOpConverter):
         return out
 
 
+class LpNormalization(stock.OnnxOpConverter):
+    """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        x, axis, p = inputs[0], attr.get("axis", -1), attr.get("p", 2)
+        if p not in (1, 2):
+            raise NotImplementedError(f"LpNormalization p={p}: ONNX allows 1 or 2")
+        norm = (relax.op.sum(relax.op.abs(x), [axis], keepdims=True) if p == 1
+                else relax.op.sqrt(relax.op.sum(relax.op.multiply(x, x), [axis], keepdims=True)))
+        return relax.op.divide(x, norm)
+
+
 class Resize(stock.Resize):
     """A ``scales`` input whose output size is not ``in * scale``: the source coordinate comes from
     the given scale (``(dst + 0.5) / scale - 0.5``), where the stock converter's ``resize2d`` used
@@ -186,6 +201,9 @@ class Resize(stock.Resize):
 
     @classmethod
     def _impl_v18(cls, bb, inputs, attr, params):
+        inputs = list(inputs)
+        if len(inputs) > 3 and _empty_constant(inputs[2], params):
+            inputs[2] = None  # an empty `scales` beside `sizes` (opset 11-12 required the input): none
         out = cls._by_scale(bb, inputs, attr, params)
         return out if out is not None else super()._impl_v18(bb, inputs, attr, params)
 
@@ -218,6 +236,11 @@ class Resize(stock.Resize):
         return x
 
 
+def _empty_constant(expr, params) -> bool:
+    value = stock.get_constant(expr, params) if expr is not None else None
+    return isinstance(value, tvm.ir.GenericConst) and value.value.numpy().size == 0
+
+
 def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
     """``(n_out, 1)`` source indices of ONNX's nearest mode (float32 coordinates, as onnxruntime)."""
     o, f = np.arange(n_out, dtype="float32"), np.float32(scale)
@@ -228,7 +251,7 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
-             "Resize": Resize, **RECURRENT}
+             "Resize": Resize, "LpNormalization": LpNormalization, **RECURRENT}
 
 
 @contextlib.contextmanager

@@ -299,3 +299,29 @@ def test_resize_by_a_scale_the_sizes_do_not_state(mode, coord, nearest):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     assert_close(got[ok], want[ok], rtol=1e-5, atol=1e-5, what=f"Resize {mode} {coord}")
+
+
+@pytest.mark.parametrize("mode,coord", [("nearest", "tf_half_pixel_for_nn"), ("cubic", "half_pixel"),
+                                        ("linear", "align_corners")])
+def test_resize_by_sizes_beside_an_empty_scales(mode, coord):
+    """``Resize(x, roi, scales=[], sizes)``: opset 11-12 required the scales input, so exporters
+    pass an empty one; the stock converter stopped on "Only one of scales and sizes"."""
+    ort = pytest.importorskip("onnxruntime")
+    nodes = [_const("roi", [], np.float32), _const("scales", [], np.float32), _const("sizes", [1, 3, 14, 5]),
+             helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode=mode,
+                              coordinate_transformation_mode=coord, exclude_outside=int(mode == "cubic"),
+                              cubic_coeff_a=-0.5)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 9, 11])], "y")
+    x = _x(1, 3, 9, 11)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert_close(_run(model, x), want, rtol=1e-5, atol=1e-5, what=f"Resize {mode} by sizes")
+
+
+@pytest.mark.parametrize("p,axis", [(2, 1), (1, -1)])
+def test_lp_normalization(p, axis):
+    ort = pytest.importorskip("onnxruntime")
+    model = _model([helper.make_node("LpNormalization", ["x"], ["y"], axis=axis, p=p)],
+                   [helper.make_tensor_value_info("x", TP.FLOAT, [2, 5, 7])], "y")
+    x = _x(2, 5, 7)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert_close(_run(model, x), want, rtol=1e-5, atol=1e-6, what=f"LpNormalization p={p}")
