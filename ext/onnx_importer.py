@@ -179,6 +179,38 @@ class DFT(stock.OnnxOpConverter):
         return out
 
 
+class ConvTranspose(stock.ConvTranspose):
+    """``output_shape`` (tf2onnx's transposed convs state it) sets the pads, as onnxruntime
+    computes them: ``total = max(0, natural - output_shape)`` split head/tail (more at the tail for
+    SAME_UPPER, else at the head: the spec's rule), and rows past the natural size (a negative total) are output
+    padding. The stock converter ignored it: 19 rows where 20 were asked."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if "output_shape" not in attr:
+            return super()._impl_v1(bb, inputs, attr, params)
+        x, w = inputs[0], inputs[1]
+        n = len(x.ty.shape) - 2
+        sizes = [getattr(d, "value", None) for d in list(x.ty.shape)[2:]]
+        out = list(attr.pop("output_shape"))[-n:]
+        if not all(isinstance(d, int) for d in sizes):
+            raise NotImplementedError("ConvTranspose output_shape with symbolic input sizes")
+        strides, dil = attr.get("strides", [1] * n), attr.get("dilations", [1] * n)
+        adj = list(attr.get("output_padding", [0] * n))
+        kernel = list(attr["kernel_shape"]) if "kernel_shape" in attr else [int(d) for d in w.ty.shape.values[2:]]
+        upper = attr.pop("auto_pad", b"NOTSET") in (b"SAME_UPPER", "SAME_UPPER")
+        heads, tails = [], []
+        for i in range(n):
+            natural = (sizes[i] - 1) * strides[i] + adj[i] + (kernel[i] - 1) * dil[i] + 1
+            total = max(0, natural - out[i])
+            head = total // 2 if upper else total - total // 2
+            heads.append(head)
+            tails.append(total - head)
+            adj[i] += out[i] - (natural - total)  # rows past the natural size: output padding
+        attr.update(pads=heads + tails, output_padding=adj)
+        return super()._impl_v1(bb, inputs, attr, params)
+
+
 class LpNormalization(stock.OnnxOpConverter):
     """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
 
@@ -251,7 +283,7 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
-             "Resize": Resize, "LpNormalization": LpNormalization, **RECURRENT}
+             "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose, **RECURRENT}
 
 
 @contextlib.contextmanager

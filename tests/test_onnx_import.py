@@ -325,3 +325,20 @@ def test_lp_normalization(p, axis):
     x = _x(2, 5, 7)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert_close(_run(model, x), want, rtol=1e-5, atol=1e-6, what=f"LpNormalization p={p}")
+
+
+@pytest.mark.parametrize("out,auto_pad", [([20, 23], "NOTSET"), ([18, 21], "NOTSET"), ([18, 21], "SAME_UPPER"),
+                                          ([18, 22], "SAME_LOWER")])
+def test_conv_transpose_output_shape(out, auto_pad):
+    """``output_shape`` sets the pads (or, past the natural 19 x 23, output padding); the stock
+    converter ignored it (19 rows where 20 were asked)."""
+    ort = pytest.importorskip("onnxruntime")
+    w = np.random.default_rng(3).standard_normal((3, 4, 3, 3)).astype("float32")
+    nodes = [helper.make_node("Constant", [], ["w"], value=onnx.numpy_helper.from_array(w, "w")),
+             helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], output_shape=out, auto_pad=auto_pad)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 9, 11])], "y")
+    x = _x(1, 3, 9, 11)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    got = _run(model, x)
+    assert got.shape == want.shape == (1, 4, *out)
+    assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"ConvTranspose output_shape {out} {auto_pad}")
