@@ -211,6 +211,32 @@ class ConvTranspose(stock.ConvTranspose):
         return super()._impl_v1(bb, inputs, attr, params)
 
 
+class MaxPool(stock.MaxPool):
+    """A second output (``Indices``): the stock converter gave one and the import stopped. The
+    index is over the flattened tensor (``storage_order`` 0), ``(n * C + c) * H * W`` plus the
+    in-plane index of ``torch_layout_ops.window_argmax``: onnxruntime's, except in a window holding a
+    NaN, where ext's pooled value is NaN (as PyTorch's) and the index points at it; onnxruntime
+    skips NaN in both."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        values = super()._impl_v1(bb, inputs, attr, params)
+        if attr.get("tvm_custom", {}).get("num_outputs", 1) < 2:
+            return values
+        from .torch_layout_ops import window_argmax
+
+        x, a = inputs[0], values.attrs
+        if len(x.ty.shape) != 4 or attr.get("storage_order", 0):
+            raise NotImplementedError("MaxPool indices: 2-D pools in row-major order only")
+        values = bb.emit(values)
+        pad = [int(v) for v in a.padding]
+        index = window_argmax(bb.emit, x, values, [int(v) for v in a.pool_size], [int(v) for v in a.strides], pad[:2],
+                              [int(v) for v in a.dilation])
+        n, c, h, w = (int(d) for d in x.ty.shape)
+        planes = (np.arange(n * c, dtype="int64") * h * w).reshape(n, c, 1, 1)
+        return relax.Tuple([values, bb.emit(relax.op.add(index, relax.const(planes)))])
+
+
 class LpNormalization(stock.OnnxOpConverter):
     """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
 
@@ -283,7 +309,8 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
-             "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose, **RECURRENT}
+             "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose,
+             "MaxPool": MaxPool, **RECURRENT}
 
 
 @contextlib.contextmanager

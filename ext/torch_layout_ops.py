@@ -157,33 +157,7 @@ class LayoutOps(Emitting):
         values = self._emit(relax.op.nn.max_pool2d(x, k, stride, pad, dil, ceil_mode=ceil))
         if not _reads_indices(node):
             return self._emit(relax.Tuple([values, values]))
-        dims = [size_of(x, d) for d in range(len(x.ty.shape))] + [size_of(values, -2), size_of(values, -1)]
-        if not all(isinstance(d, int) for d in dims):
-            raise NotImplementedError("max_pool2d indices (return_indices=True) need static sizes")
-        H, W, OH, OW = dims[-4:]
-        rows = [np.arange(OH) * stride[0] - pad[0] + i * dil[0] for i in range(k[0])]
-        cols = [np.arange(OW) * stride[1] - pad[1] + j * dil[1] for j in range(k[1])]
-        # the padded image every tap reads: -inf around it, wide enough for the last window
-        hp, wp = rows[-1][-1] + 1 + pad[0], cols[-1][-1] + 1 + pad[1]
-        xp = self._emit(relax.op.nn.pad(x, [0, 0] * (len(dims) - 4) + [pad[0], max(0, hp - H - pad[0]),
-                                                                       pad[1], max(0, wp - W - pad[1])],
-                                        pad_value=float("-inf")))
-        first = np.full((OH, OW), -1, "int64")  # the window's first pixel inside the image
-        taps = []
-        for i, r in enumerate(rows):
-            for j, c in enumerate(cols):
-                inside = ((r >= 0) & (r < H))[:, None] & ((c >= 0) & (c < W))[None, :]
-                at = r[:, None] * W + c[None, :]
-                first = np.where((first < 0) & inside, at, first)
-                taps.append((self._emit(relax.op.strided_slice(
-                    xp, [len(dims) - 4, len(dims) - 3], [i * dil[0], j * dil[1]],
-                    [i * dil[0] + (OH - 1) * stride[0] + 1, j * dil[1] + (OW - 1) * stride[1] + 1], stride)), at))
-        best, bidx = relax.const(float("-inf"), str(x.ty.dtype)), relax.const(first)
-        for tap, at in taps:
-            take = self._emit(relax.op.logical_or(relax.op.greater(tap, best), relax.op.isnan(tap)))
-            best = self._emit(relax.op.where(take, tap, best))
-            bidx = self._emit(relax.op.where(take, relax.const(at.astype("int64")), bidx))
-        return self._emit(relax.Tuple([values, bidx]))
+        return self._emit(relax.Tuple([values, window_argmax(self._emit, x, values, k, stride, pad, dil)]))
 
     def _avg_pool2d(self, node):
         """``divisor_override``: the window's sum over that number, which the stock translation
@@ -338,3 +312,41 @@ class LayoutOps(Emitting):
         windows = relax.op.reshape(windows, shape[:dim] + [count, size] + shape[dim + 1:])
         order = [*range(dim + 1), *range(dim + 2, len(shape) + 1), dim + 1]
         return self._emit(relax.op.permute_dims(windows, order))
+
+
+def window_argmax(emit, x, values, k, stride, top_left, dil):
+    """The index ``h * W + w`` in its plane of each ``k`` window's max (max pooling's indices),
+    ``values`` being the pooled maxima: the first pixel inside the image equal to the max (a
+    window of ``-inf`` keeps its first pixel), or where the max is NaN the last NaN in window
+    order (PyTorch takes each NaN it meets). Two chains of selects over strided slices of the
+    ``-inf``-padded input, each step reading the chain once, so the fused kernel stays linear in
+    the ``KH * KW`` taps (a compare-and-select chain that read its running max twice per step
+    doubled with every tap once inlined: a 3 x 2 window never finished building). ``top_left``:
+    the padding before the rows and columns. Static sizes only."""
+    rank = len(x.ty.shape)
+    dims = [size_of(x, d) for d in range(rank)] + [size_of(values, -2), size_of(values, -1)]
+    if not all(isinstance(d, int) for d in dims):
+        raise NotImplementedError("max pool indices need static sizes")
+    H, W, OH, OW = dims[-4:]
+    rows = [np.arange(OH) * stride[0] - top_left[0] + i * dil[0] for i in range(k[0])]
+    cols = [np.arange(OW) * stride[1] - top_left[1] + j * dil[1] for j in range(k[1])]
+    # the padded image every tap reads: -inf around it, wide enough for the last window
+    hp, wp = rows[-1][-1] + 1 + top_left[0], cols[-1][-1] + 1 + top_left[1]
+    xp = emit(relax.op.nn.pad(x, [0, 0] * (rank - 2) + [top_left[0], max(0, hp - H - top_left[0]),
+                                                        top_left[1], max(0, wp - W - top_left[1])],
+                              pad_value=float("-inf")))
+    taps = []  # (tap, its in-plane index, inside the image)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            inside = ((r >= 0) & (r < H))[:, None] & ((c >= 0) & (c < W))[None, :]
+            taps.append((emit(relax.op.strided_slice(
+                xp, [rank - 2, rank - 1], [i * dil[0], j * dil[1]],
+                [i * dil[0] + (OH - 1) * stride[0] + 1, j * dil[1] + (OW - 1) * stride[1] + 1], stride)),
+                relax.const((r[:, None] * W + c[None, :]).astype("int64")), relax.const(inside)))
+    found = taps[0][1]
+    for tap, at, inside in reversed(taps):  # backwards: the first match in window order wins
+        found = emit(relax.op.where(relax.op.logical_and(inside, relax.op.equal(tap, values)), at, found))
+    nan_at = found
+    for tap, at, _ in taps:  # forwards: the last NaN wins
+        nan_at = emit(relax.op.where(relax.op.isnan(tap), at, nan_at))
+    return emit(relax.op.where(relax.op.isnan(values), nan_at, found))

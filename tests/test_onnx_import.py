@@ -342,3 +342,20 @@ def test_conv_transpose_output_shape(out, auto_pad):
     got = _run(model, x)
     assert got.shape == want.shape == (1, 4, *out)
     assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"ConvTranspose output_shape {out} {auto_pad}")
+
+
+@pytest.mark.parametrize("pads,strides,ceil", [([1, 1, 1, 1], [2, 2], 0), ([0, 1, 1, 0], [2, 1], 1), ([0, 0, 0, 0], [1, 1], 0)])
+def test_max_pool_indices_output(pads, strides, ceil):
+    """``MaxPool`` with its ``Indices`` output (flattened over N, C, H, W): the stock converter gave
+    one output and the import stopped."""
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("MaxPool", ["x"], ["v", "i"], kernel_shape=[3, 2], pads=pads, strides=strides, ceil_mode=ceil)
+    graph = helper.make_graph([node, helper.make_node("Cast", ["i"], ["y"], to=TP.FLOAT),
+                               helper.make_node("Add", ["y", "v"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 8, 9])],
+                              [helper.make_tensor_value_info("z", TP.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = _x(2, 3, 8, 9)
+    x[0, 1, 2, :] = -np.inf  # a window of -inf keeps its first pixel inside the image
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert_close(_run(model, x), want, rtol=0, atol=1e-4, what=f"MaxPool indices {pads} {strides}")

@@ -92,7 +92,9 @@ CASES = {
         F.max_pool2d(x, 3, 2, 1, return_indices=True)[1].flatten(),
         F.max_pool2d(x, 3, 2, 0, ceil_mode=True, return_indices=True)[1].flatten(),
         F.max_pool2d(x, 2, 1, 1, dilation=2, return_indices=True)[1].flatten(),
-        F.max_pool1d(x[0], 3, 2, 1, return_indices=True)[1].flatten()]).float(), [(2, 3, 9, 10)]),
+        F.max_pool1d(x[0], 3, 2, 1, return_indices=True)[1].flatten(),
+        # 25 taps: the select chain stays linear once fused (it doubled per tap before)
+        F.max_pool2d(x, 5, 2, 2, return_indices=True)[1].flatten()]).float(), [(2, 3, 9, 10)]),
     # a NaN is the max (PyTorch takes each NaN it meets); a window of -inf keeps its first pixel inside
     "max_pool_indices_special": (lambda x: torch.cat([
         F.max_pool2d(x.masked_fill(x > 1.0, float("nan")), 3, 2, 1, return_indices=True)[1].flatten(),
