@@ -30,6 +30,8 @@ from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from .onnx_rnn import CONVERTERS as RECURRENT
 from .torch_fft import contract_along, dft_matrices
+from .torch_layout_ops import window_argmax
+from .torch_resize import resample, taps
 
 
 def _float_bound(expr, default: float) -> float | None:
@@ -223,8 +225,6 @@ class MaxPool(stock.MaxPool):
         values = super()._impl_v1(bb, inputs, attr, params)
         if attr.get("tvm_custom", {}).get("num_outputs", 1) < 2:
             return values
-        from .torch_layout_ops import window_argmax
-
         x, a = inputs[0], values.attrs
         if len(x.ty.shape) != 4 or attr.get("storage_order", 0):
             raise NotImplementedError("MaxPool indices: 2-D pools in row-major order only")
@@ -267,8 +267,6 @@ class Resize(stock.Resize):
 
     @classmethod
     def _by_scale(cls, bb, inputs, attr, params):
-        from .torch_resize import resample, taps
-
         x = inputs[0]
         scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
         coord = attr.get("coordinate_transformation_mode", b"half_pixel").decode("ascii")

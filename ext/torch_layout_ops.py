@@ -14,17 +14,18 @@ from tvm import relax
 from .torch_ops import Emitting, node_arg, size_of
 
 
-def _triple(value, default) -> list:
-    """A 3-D conv argument (an int or a list of one or three) as three ints."""
+def _ints(value, n: int, default=None) -> list:
+    """A conv or pool argument (an int or a list of one or ``n``; None: ``default``) as ``n`` ints."""
     if value is None:
         value = default
     value = list(value) if isinstance(value, (list, tuple)) else [value]
-    return [int(v) for v in (value * 3 if len(value) == 1 else value)]
+    return [int(v) for v in (value * n if len(value) == 1 else value)]
 
 
-def _pair(value) -> list:
-    value = list(value) if isinstance(value, (list, tuple)) else [value]
-    return [int(v) for v in (value * 2 if len(value) == 1 else value)]
+def _window(node) -> tuple:
+    """``(kernel, stride, padding)`` of a 2-D pool node (an empty or missing stride: the kernel)."""
+    k = _ints(node_arg(node, 1, "kernel_size"), 2)
+    return k, _ints(node_arg(node, 2, "stride", None) or k, 2), _ints(node_arg(node, 3, "padding", 0), 2)
 
 
 def _reads_indices(node) -> bool:
@@ -150,9 +151,8 @@ class LayoutOps(Emitting):
         replaces the max); a window of ``-inf`` keeps its first pixel inside the image. Computed
         only when the indices are read (tap by tap: ``KH * KW`` compare-and-select steps)."""
         x = self.env[node.args[0]]
-        k = _pair(node_arg(node, 1, "kernel_size"))
-        stride = _pair(node_arg(node, 2, "stride", None) or k)
-        pad, dil = _pair(node_arg(node, 3, "padding", 0)), _pair(node_arg(node, 4, "dilation", 1))
+        k, stride, pad = _window(node)
+        dil = _ints(node_arg(node, 4, "dilation", 1), 2)
         ceil = bool(node_arg(node, 5, "ceil_mode", False))
         values = self._emit(relax.op.nn.max_pool2d(x, k, stride, pad, dil, ceil_mode=ceil))
         if not _reads_indices(node):
@@ -167,9 +167,7 @@ class LayoutOps(Emitting):
         if not divisor:
             return super()._avg_pool2d(node)
         x = self.env[node.args[0]]
-        k = _pair(node_arg(node, 1, "kernel_size"))
-        stride = _pair(node_arg(node, 2, "stride", None) or k)
-        pad, ceil = _pair(node_arg(node, 3, "padding", 0)), bool(node_arg(node, 4, "ceil_mode", False))
+        (k, stride, pad), ceil = _window(node), bool(node_arg(node, 4, "ceil_mode", False))
         avg = self._emit(relax.op.nn.avg_pool2d(x, k, stride, pad, ceil_mode=ceil, count_include_pad=False,
                                                 layout="NCHW"))
         size = [size_of(x, d) for d in (-2, -1)] + [size_of(avg, d) for d in (-2, -1)]
@@ -265,7 +263,7 @@ class LayoutOps(Emitting):
             return super()._convolution(node)
         w = self.env[args[1]]
         bias = self.env[args[2]] if args[2] is not None else None
-        stride, padding, dilation, out_pad = (_triple(a, dflt) for a, dflt in
+        stride, padding, dilation, out_pad = (_ints(a, 3, dflt) for a, dflt in
                                               ((args[3], 1), (args[4], 0), (args[5], 1), (args[7], 0)))
         groups = args[8] or 1
         N, C, *size = (int(d) for d in x.ty.shape)

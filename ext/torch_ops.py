@@ -102,19 +102,20 @@ class ExtraOps(Emitting):
         """A Python number divisor takes the tensor's dtype: the stock ``relax.const(3)`` was int32,
         and ``(x * 10).long() // 3`` (an int64 tensor) failed to build."""
         x, y = self.env.get(node.args[0], node.args[0]), node.args[1]
-        if isinstance(y, (int, float)) and isinstance(getattr(x, "ty", None), relax.TensorType):
-            dt = str(x.ty.dtype)
-            if isinstance(y, float) and not dt.startswith(("float", "bfloat")):
-                return super()._div(node)  # an int tensor over a float: the stock promotion
-            mode = node_arg(node, 2, "rounding_mode", None)
-            if mode is None and not dt.startswith(("float", "bfloat")):  # true division of integers
-                x, dt = self._emit(relax.op.astype(x, "float32")), "float32"
-            c = relax.const(y, dt)
-            if mode == "floor":
-                return self._emit(relax.op.floor_divide(x, c))
-            out = self._emit(relax.op.divide(x, c))
-            return self._emit(relax.op.trunc(out)) if mode == "trunc" and dt.startswith(("float", "bfloat")) else out
-        return super()._div(node)
+        if not (isinstance(y, (int, float)) and isinstance(getattr(x, "ty", None), relax.TensorType)):
+            return super()._div(node)
+        dt = str(x.ty.dtype)
+        floating = dt.startswith(("float", "bfloat"))
+        if isinstance(y, float) and not floating:
+            return super()._div(node)  # an int tensor over a float: the stock promotion
+        mode = node_arg(node, 2, "rounding_mode", None)
+        if mode is None and not floating:  # true division of integers
+            x, dt, floating = self._emit(relax.op.astype(x, "float32")), "float32", True
+        c = relax.const(y, dt)
+        if mode == "floor":
+            return self._emit(relax.op.floor_divide(x, c))
+        out = self._emit(relax.op.divide(x, c))
+        return self._emit(relax.op.trunc(out)) if mode == "trunc" and floating else out
 
     def _group_norm_of(self, node, w_at: int, b_at: int, groups: int, eps: float):
         """Group norm; a missing weight or bias (``affine=False``, ``F.group_norm(x, g)``) is ones

@@ -47,39 +47,45 @@ def taps(n_in: int, n_out: int, mode: str, align_corners: bool, scale=None, anti
     half-pixel linear reads the edge pixel for a source below 0, as PyTorch's clamp does), with
     its ``cubic_coeff_a`` and ``asymmetric`` coordinates (``src = dst / scale``)."""
     s = _source_scale(n_in, n_out, align_corners, scale)
-    rows = []
-    for o in range(n_out):
-        if antialias:  # the filter widened by the downscale, weights normalized per output
-            size = 2 if mode == "linear" else 4
-            support = size / 2 * s if s >= 1 else size / 2
-            inv = 1 / s if s >= 1 else 1.0
-            center = s * (o + 0.5)
-            lo = max(int(center - support + 0.5), 0)
-            hi = min(int(center + support + 0.5), n_in)
-            filt = (lambda x: max(0.0, 1 - abs(x))) if mode == "linear" else (lambda x: _cubic(x, -0.5))
-            w = [filt((j - center + 0.5) * inv) for j in range(lo, hi)]
-            total = sum(w)
-            rows.append(list(zip(range(lo, hi), [v / total if total else v for v in w])))
-            continue
-        src = s * o if align_corners or asymmetric else s * (o + 0.5) - 0.5
+    if antialias:
+        rows = [_antialias_taps(o, n_in, s, mode) for o in range(n_out)]
+    else:
+        sources = [s * o if align_corners or asymmetric else s * (o + 0.5) - 0.5 for o in range(n_out)]
         if mode == "linear":
-            if n_in == n_out:
-                rows.append([(o, 1.0)])
-                continue
-            src = max(src, 0.0)
-            i0 = min(int(math.floor(src)), n_in - 1)
-            lam = min(max(src - i0, 0.0), 1.0)
-            rows.append([(i0, 1 - lam), (i0 + (1 if i0 < n_in - 1 else 0), lam)])
+            rows = [[(o, 1.0)] if n_in == n_out else _linear_taps(src, n_in) for o, src in enumerate(sources)]
         else:
-            i0 = int(math.floor(src))
-            t = src - i0
-            w = [_cubic(t + 1, cubic_a), _cubic(t, cubic_a), _cubic(1 - t, cubic_a), _cubic(2 - t, cubic_a)]
-            rows.append([(min(max(i0 - 1 + k, 0), n_in - 1), w[k]) for k in range(4)])
+            rows = [_cubic_taps(src, n_in, cubic_a) for src in sources]
     width = max(len(r) for r in rows)
     # short rows repeat their first tap with weight 0: an index PyTorch reads for that output too
     index = np.array([[r[k][0] if k < len(r) else r[0][0] for k in range(width)] for r in rows])
     weight = np.array([[r[k][1] if k < len(r) else 0.0 for k in range(width)] for r in rows])
     return index.astype("int64"), weight
+
+
+def _antialias_taps(o: int, n_in: int, s: float, mode: str) -> list:
+    """The filter widened by the downscale ``s``, its weights normalized for output ``o``."""
+    size = 2 if mode == "linear" else 4
+    support, inv = (size / 2 * s, 1 / s) if s >= 1 else (size / 2, 1.0)
+    center = s * (o + 0.5)
+    lo, hi = max(int(center - support + 0.5), 0), min(int(center + support + 0.5), n_in)
+    w = [max(0.0, 1 - abs(x)) if mode == "linear" else _cubic(x, -0.5)
+         for x in ((j - center + 0.5) * inv for j in range(lo, hi))]
+    total = sum(w)
+    return list(zip(range(lo, hi), [v / total if total else v for v in w]))
+
+
+def _linear_taps(src: float, n_in: int) -> list:
+    src = max(src, 0.0)
+    i0 = min(int(math.floor(src)), n_in - 1)
+    lam = min(max(src - i0, 0.0), 1.0)
+    return [(i0, 1 - lam), (i0 + (1 if i0 < n_in - 1 else 0), lam)]
+
+
+def _cubic_taps(src: float, n_in: int, a: float) -> list:
+    i0 = int(math.floor(src))
+    t = src - i0
+    w = [_cubic(t + 1, a), _cubic(t, a), _cubic(1 - t, a), _cubic(2 - t, a)]
+    return [(min(max(i0 - 1 + k, 0), n_in - 1), w[k]) for k in range(4)]
 
 
 class ExactResize(Emitting):

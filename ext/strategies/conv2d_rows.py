@@ -104,17 +104,12 @@ def _rows_suits(wl, target):
     return None
 
 
-def _rows_ocb(o: int, want: int) -> int:
-    """Output channels per register tile: the largest divisor of ``o`` up to ``want``."""
-    return max(d for d in range(1, min(o, want) + 1) if o % d == 0)
-
-
 def _rows_default(wl, target):
     g = geom(wl)
     # one vector of 4 output channels: the fastest or within 5% of it on every stem of the space's
     # sweep (3->32 3x3/2 at 224: 116 us against 140 with 8 channels x 2 vectors; 3->64 7x7/2
     # 1.06 ms against 1.58; 3->16 3x3/2 64 against 75; 3->32 3x3 at 64x64 42 against 36-39)
-    return RowConfig(reg_n=dw_vector(g.OW, lanes(target)), ocb=_rows_ocb(g.O, 4), rows=1)
+    return RowConfig(reg_n=dw_vector(g.OW, lanes(target)), ocb=pick_divisor(g.O, 4), rows=1)
 
 
 def _rows_space(wl, target):
@@ -124,7 +119,7 @@ def _rows_space(wl, target):
     for vecs in (1, 2):
         for rows in (1, 2):
             for want in (4, 6, 8, 12):
-                ocb = _rows_ocb(g.O, want)
+                ocb = pick_divisor(g.O, want)
                 cfg = RowConfig(reg_n=vecs * w, ocb=ocb, rows=rows)
                 if ocb * rows * vecs <= acc and vecs * w <= ceil_to(g.OW, w) and cfg not in out:
                     out.append(cfg)
