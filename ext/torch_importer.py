@@ -166,14 +166,53 @@ class Importer(ComplexFFT, ExtraOps, LayoutOps, ExactResize, ExportedProgramImpo
         x = self.env[args[0]]
         shape = x.ty.shape if isinstance(x.ty, relax.TensorType) else None
         size = shape[dim % len(shape)] if shape is not None and isinstance(dim, int) else None
+        static = isinstance(size, tvm.tirx.IntImm)
+        if static and (end is None or (isinstance(end, int) and end >= int(size))):
+            end = int(size)  # to the end (HF's ``x[:, max(0, L - n):]``)
         bounds = (_value_range(0 if start is None else start, self._ranges), _value_range(end, self._ranges))
-        if (step == 1 and isinstance(size, tvm.tirx.IntImm) and None not in bounds
-                and not isinstance(end, int) and 0 <= bounds[0][0] and bounds[0][1] <= bounds[1][0]
-                and bounds[1][1] <= int(size)):
-            begin = 0 if start is None else (start if isinstance(start, int) else self.env[start])
-            return self.block_builder.emit(relax.op.strided_slice(x, [dim % len(shape)], [begin], [self.env[end]], [1],
+        if (step == 1 and static and None not in bounds and not (isinstance(start, int) and isinstance(end, int))
+                and 0 <= bounds[0][0] and bounds[0][1] <= bounds[1][0] and bounds[1][1] <= int(size)):
+            begin, stop = (0 if v is None else v if isinstance(v, int) else self._in_range(self.env[v]) for v in (start, end))
+            return self.block_builder.emit(relax.op.strided_slice(x, [dim % len(shape)], [begin], [stop], [1],
                                                                   assume_inbound=True))
-        return super()._slice(node)
+        tail = self._tail_slice(x, size, dim, start, end, step, bounds[0])
+        return tail if tail is not None else super()._slice(node)
+
+    def _in_range(self, expr):
+        """A size expression simplified with its symbols' export ranges: ``max(2048 - n, 0)`` with
+        ``n`` in 2..64 is ``2048 - n``, so that a slice from it is ``n`` long (not an expression
+        TVM cannot compare with ``n``, which cost an add of the slice its shape)."""
+        if not _symbolic(expr):
+            return expr
+        from tvm.sym import Analyzer, ConstIntBound
+
+        analyzer = Analyzer()
+        names = {getattr(sym, "name", str(sym)): rng for sym, rng in self._ranges.items()}
+        for var in tvm.tirx.analysis.undefined_vars(expr):
+            rng = names.get(var.name)
+            try:
+                analyzer.update(var, ConstIntBound(int(rng.lower), int(rng.upper)))
+            except (AttributeError, TypeError, ValueError, OverflowError):  # unbounded: leave it
+                pass
+        return analyzer.simplify(expr)
+
+    def _tail_slice(self, x, size, dim, start, end, step, start_range):
+        """``x[..., -n:]`` with a symbolic ``n`` of known range on a static dimension (MPT's ALiBi
+        bias, ``alibi[:, -seq:, -seq:]``): the stock translation begins at ``max(size - n, 0)``,
+        which TVM cannot simplify, and an add with the sliced tensor lost its shape (the build
+        then failed). Where ``n <= size`` always, the slice is the last ``n`` entries; where
+        ``n >= size`` always, it is the whole dimension."""
+        if not (step == 1 and isinstance(size, tvm.tirx.IntImm) and start_range is not None and start_range[1] < 0
+                and not isinstance(start, int) and (end is None or (isinstance(end, int) and end >= int(size)))):
+            return None
+        low, high = -start_range[1], -start_range[0]  # the range of n
+        if low >= int(size):
+            return x
+        if high > int(size):
+            return None
+        axis = dim % len(x.ty.shape)
+        return self.block_builder.emit(relax.op.strided_slice(x, [axis], [size + self.env[start]], [size], [1],
+                                                              assume_inbound=True))
 
     def _reshape(self, node):
         import torch

@@ -41,6 +41,8 @@ TEXT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermed
 WAV = dict(conv_dim=[32, 32], conv_stride=[5, 2], conv_kernel=[10, 3], num_conv_pos_embeddings=16,
            num_conv_pos_embedding_groups=4, **TEXT)
 PYRAMID = dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1])
+SEQ2SEQ = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+               encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000, max_position_embeddings=64)
 
 
 def architectures(t) -> dict:
@@ -121,18 +123,68 @@ def architectures(t) -> dict:
         "data2vec_audio": (t.Data2VecAudioConfig, t.Data2VecAudioModel, dict(WAV, num_conv_pos_embeddings=5), "audio"),
         "ast": (t.ASTConfig, t.ASTModel, dict(max_length=64, num_mel_bins=32, patch_size=8, frequency_stride=8, time_stride=8, **TEXT), "spectrogram"),
         "encodec": (t.EncodecConfig, t.EncodecModel, dict(num_filters=8, hidden_size=32, upsampling_ratios=[4, 2], codebook_size=64, codebook_dim=32, num_lstm_layers=1), "waveform"),
+        # more decoders
+        "bloom": (t.BloomConfig, t.BloomModel, dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=1000), "ids"),
+        "mpt": (t.MptConfig, t.MptModel, dict(d_model=64, n_layers=2, n_heads=4, vocab_size=1000), "ids"),
+        "gpt_neox": (t.GPTNeoXConfig, t.GPTNeoXModel, TEXT, "ids"),
+        "phi": (t.PhiConfig, t.PhiModel, TEXT, "ids"),
+        "mistral": (t.MistralConfig, t.MistralModel, dict(num_key_value_heads=2, **TEXT), "ids"),
+        "qwen2": (t.Qwen2Config, t.Qwen2Model, dict(num_key_value_heads=2, **TEXT), "ids"),
+        "biogpt": (t.BioGptConfig, t.BioGptModel, TEXT, "ids"),
+        "xglm": (t.XGLMConfig, t.XGLMModel, dict(d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, vocab_size=1000), "ids"),
+        "mpnet": (t.MPNetConfig, t.MPNetModel, TEXT, "ids"),
+        # encoder-decoders (token ids and decoder token ids; speech features and decoder token ids)
+        "bart": (t.BartConfig, t.BartModel, SEQ2SEQ, "ids+dec"),
+        "mbart": (t.MBartConfig, t.MBartModel, SEQ2SEQ, "ids+dec"),
+        "marian": (t.MarianConfig, t.MarianMTModel, dict(decoder_vocab_size=1000, pad_token_id=0, **SEQ2SEQ), "ids+dec"),
+        "pegasus": (t.PegasusConfig, t.PegasusModel, SEQ2SEQ, "ids+dec"),
+        "blenderbot": (t.BlenderbotConfig, t.BlenderbotModel, SEQ2SEQ, "ids+dec"),
+        "t5": (t.T5Config, t.T5ForConditionalGeneration, dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, vocab_size=1000), "ids+dec"),
+        "whisper": (t.WhisperConfig, t.WhisperModel, dict(num_mel_bins=16, max_source_positions=50, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, **{k: v for k, v in SEQ2SEQ.items() if k != "max_position_embeddings"}), "mel+dec"),
+        "speech2text": (t.Speech2TextConfig, t.Speech2TextModel, dict(input_feat_per_channel=16, conv_channels=32, max_source_positions=64, **SEQ2SEQ), "fbank+dec"),
+        # two modalities
+        "clip": (t.CLIPConfig, t.CLIPModel, dict(text_config=dict(TEXT, max_position_embeddings=32), vision_config=dict(TEXT, image_size=64, patch_size=8)), "ids+image"),
+        "layoutlm": (t.LayoutLMConfig, t.LayoutLMModel, TEXT, "ids+bbox"),
+        "perceiver": (t.PerceiverConfig, t.PerceiverModel, dict(num_latents=16, d_latents=64, d_model=32, num_blocks=1, num_self_attends_per_block=2, num_self_attention_heads=4, num_cross_attention_heads=1), "sequence"),
+        # more vision
+        "cvt": (t.CvtConfig, t.CvtModel, {}, "image"),
+        "sam_vision": (t.SamVisionConfig, t.SamVisionModel, dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=64, patch_size=8, output_channels=32, window_size=4, global_attn_indexes=[1], mlp_dim=128), "image"),
+        "mobilenet_v2_hf": (t.MobileNetV2Config, t.MobileNetV2Model, dict(image_size=64), "image"),
+        "groupvit_vision": (t.GroupViTVisionConfig, t.GroupViTVisionModel, dict(hidden_size=64, intermediate_size=128, depths=[1, 1], num_group_tokens=[8, 0], num_output_groups=[8, 8], num_attention_heads=4, image_size=64, patch_size=8), "image"),
+        "owlvit_vision": (t.OwlViTVisionConfig, t.OwlViTVisionModel, dict(image_size=64, patch_size=8, **TEXT), "image"),
     }
+
+
+#: keyword names of the inputs of a kind that takes more than one (single-input kinds go positionally)
+NAMED = {"ids+dec": ("input_ids", "decoder_input_ids"), "mel+dec": ("input_features", "decoder_input_ids"),
+         "fbank+dec": ("input_features", "decoder_input_ids"), "ids+image": ("input_ids", "pixel_values"),
+         "ids+bbox": ("input_ids", "bbox")}
 
 
 def _inputs(kind: str, tokens: int | None = None):
     """The example inputs of an input kind (token ids: ``tokens``, else 13 tokens, 16 for ``ids16``)."""
     import torch
 
+    if "+" in kind:  # one input per part: "ids+dec" is 13 token ids and 7 decoder token ids
+        return tuple(x for part, seed in zip(kind.split("+"), (0, 1)) for x in _part(part, seed))
     if kind.startswith("ids"):
         return _text_ids(kind, tokens or (16 if kind == "ids16" else 13), seed=0)
+    return _part(kind, 0)
+
+
+def _part(kind: str, seed: int) -> tuple:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    if kind in ("ids", "dec"):
+        return _text_ids(kind, 13 if kind == "ids" else 7, seed=seed)
+    if kind == "bbox":  # LayoutLM boxes: x0 <= x1, y0 <= y1 in 0..1000
+        xs, ys = torch.randint(0, 1001, (2, 1, 13, 2), generator=gen)
+        return (torch.stack([xs.min(-1).values, ys.min(-1).values, xs.max(-1).values, ys.max(-1).values], -1),)
     shapes = {"image": (1, 3, 64, 64), "image56": (1, 3, 56, 56), "audio": (1, 4000), "spectrogram": (1, 64, 32),
-              "waveform": (1, 1, 800), "video": (1, 4, 3, 32, 32)}
-    return (torch.randn(*shapes[kind], generator=torch.Generator().manual_seed(0)),)
+              "waveform": (1, 1, 800), "video": (1, 4, 3, 32, 32), "mel": (1, 16, 100), "fbank": (1, 40, 16),
+              "sequence": (1, 20, 32)}
+    return (torch.randn(*shapes[kind], generator=gen),)
 
 
 def _text_ids(kind: str, length: int, seed: int):
@@ -169,10 +221,10 @@ def _onnx_file(model, inputs, symbolic: bool, exporter: str) -> bytes:
         with torch.no_grad(), exportable_experts(model):  # MoE experts as from_torch exports them
             if exporter == "dynamo":
                 dynamic = ({1: torch.export.Dim("seq", min=2, max=64)},) if symbolic else None
-                return torch.onnx.export(model, inputs, input_names=["x"], dynamo=True, verbose=False,
+                return torch.onnx.export(model, inputs, input_names=_names(inputs), dynamo=True, verbose=False,
                                          dynamic_shapes=dynamic).model_proto.SerializeToString()
             buf = io.BytesIO()
-            torch.onnx.export(model, inputs, buf, opset_version=17, input_names=["x"], dynamo=False,
+            torch.onnx.export(model, inputs, buf, opset_version=17, input_names=_names(inputs), dynamo=False,
                               dynamic_axes={"x": {1: "seq"}} if symbolic else None)
             return buf.getvalue()
     except Exception as err:  # noqa: BLE001 - the exporter's refusal is the row
@@ -195,7 +247,12 @@ def _onnxruntime_outputs(data: bytes, checks) -> list:
     import onnxruntime as ort
 
     sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    return [sess.run(None, {"x": xs[0].numpy()})[0] for xs in checks]
+    return [sess.run(None, {n: x.numpy() for n, x in zip(_names(xs), xs)})[0] for xs in checks]
+
+
+def _names(inputs) -> list[str]:
+    """The ONNX files' input names: x, x1, x2..."""
+    return ["x"] + [f"x{i}" for i in range(1, len(inputs))]
 
 
 def run_one(name: str, symbolic: bool = False, exporter: str | None = None, tokens: int | None = None,
@@ -232,7 +289,7 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
                 pass
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
-    model = _Output(model_cls(cfg).eval()).eval()
+    model = _Output(model_cls(cfg).eval(), NAMED.get(kind)).eval()
     inputs = _inputs(kind, tokens)
     checks = [inputs] + ([_text_ids(kind, n, seed=n) for n in (5, 29)] if symbolic else [])
     if mask:
@@ -281,13 +338,18 @@ def _output_class():
     class Output(torch.nn.Module):
         """The model's main tensor output (last hidden state, depth, logits or audio codes)."""
 
-        def __init__(self, model):
+        def __init__(self, model, names=None):
             super().__init__()
-            self.model = model
+            self.model, self.names = model, names
 
-        def forward(self, x, mask=None):
-            out = self.model(x, return_dict=True) if mask is None else \
-                self.model(x, attention_mask=mask, return_dict=True)
+        def forward(self, x, *rest):
+            if self.names:  # a kind of several inputs, by keyword
+                out = self.model(**dict(zip(self.names, (x, *rest))), return_dict=True)
+            else:  # one input, and the attention mask with --mask
+                out = self.model(x, return_dict=True) if not rest else \
+                    self.model(x, attention_mask=rest[0], return_dict=True)
+            if getattr(out, "image_embeds", None) is not None:  # CLIP: both towers' embeddings
+                return torch.cat([out.text_embeds, out.image_embeds], -1)
             for key in ("last_hidden_state", "predicted_depth", "logits", "audio_codes"):
                 if getattr(out, key, None) is not None:
                     return getattr(out, key)
@@ -296,8 +358,8 @@ def _output_class():
     return Output
 
 
-def _Output(model):  # noqa: N802 - a class, built on first use so that --help does not import torch
-    return _output_class()(model)
+def _Output(model, names=None):  # noqa: N802 - a class, built on first use so that --help does not import torch
+    return _output_class()(model, names)
 
 
 def main(argv=None) -> int:

@@ -64,7 +64,50 @@ class RelativeSpan(torch.nn.Module):
         return torch.gather(scores, -1, pos[None].expand(x.shape[0], s, s)) + x.sum(-1, keepdim=True)
 
 
-@pytest.mark.parametrize("module", [TableSlice, HeadsView, RelativeSpan], ids=lambda m: m.__name__)
+class AlibiBias(torch.nn.Module):
+    """MPT's ALiBi bias: ``alibi[:, max(0, 1 - seq):, max(0, 32 - seq):]`` added to the attention
+    scores. The slice's length was ``32 - max(32 - seq, 0)``, which TVM could not equate with
+    ``seq``: the add lost its shape and the build failed."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("alibi", torch.randn(2, 1, 32))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        s = x.shape[1]
+        heads = self.proj(x).view(1, s, 2, 4).transpose(1, 2)
+        scores = heads @ heads.transpose(-1, -2) + self.alibi[:, max(0, 1 - s):, max(0, 32 - s):]
+        return (torch.softmax(scores, dim=-1) @ heads).transpose(1, 2).reshape(1, s, 8)
+
+
+class LastRows(torch.nn.Module):
+    """``x + table[:, -seq:]``: the last ``seq`` rows of a 24-row table."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(1, 24, 8))
+
+    def forward(self, x):
+        return torch.relu(x + self.table[:, -x.shape[1]:])
+
+
+class PrefixedIds(torch.nn.Module):
+    """Token ids ``seq + 1`` long (a start token, then one per step), looked up in an embedding:
+    the index check's kernel has the shape ``seq + 1``, which its arguments cannot define, and
+    needs ``seq`` passed (MPNet with a symbolic length failed to build)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(3, 8)
+
+    def forward(self, x):
+        ids = torch.cat([torch.zeros(1, 1, dtype=torch.long), (x[..., 0] > 0).long() + 1], 1)
+        return self.emb(ids)
+
+
+@pytest.mark.parametrize("module", [TableSlice, HeadsView, RelativeSpan, AlibiBias, LastRows, PrefixedIds],
+                         ids=lambda m: m.__name__)
 def test_symbolic_length_imports_and_matches_pytorch(module, cpu_target):
     torch.manual_seed(0)
     net = module().eval()

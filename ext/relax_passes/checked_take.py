@@ -23,11 +23,13 @@ from tvm_ffi import structural_map
 from .mutate import mutate_functions
 
 
-def _check_func(shape, dtype: str, size: int, axis: int, data_shape):
-    """PrimFunc ``checked = idx`` that asserts ``0 <= idx < size`` element by element."""
+def _check_func(shape, dtype: str, size: int, axis: int, data_shape, scalars=()):
+    """PrimFunc ``checked = idx`` that asserts ``0 <= idx < size`` element by element; ``scalars``:
+    the symbolic sizes its shape uses but cannot define (``n + 1``), passed as scalar arguments
+    after the indices."""
     idx = te.placeholder(shape, dtype, "idx")
     out = te.compute(shape, lambda *i: idx(*i), name="checked")
-    func = te.create_prim_func([idx, out])
+    func = te.create_prim_func([idx, *scalars, out])
     message = (f"ext: index out of range: take from a tensor of shape {[int(d) if isinstance(d, tirx.IntImm) else str(d) for d in data_shape]} along axis "
                f"{axis} got an index outside [0, {size}) (an embedding id past the vocabulary?)")
 
@@ -47,7 +49,8 @@ def _check_func(shape, dtype: str, size: int, axis: int, data_shape):
 
 
 def _needs_check(call) -> tuple | None:
-    """(index shape, index dtype, size, axis, data shape) of a ``take`` to check, or None."""
+    """(index shape, index dtype, size, axis, data shape, scalars) of a ``take`` to check, or None
+    (``scalars``: the index shape's symbolic sizes its shape does not define, ``_check_func``)."""
     if str(call.attrs.mode) != "fast":
         return None
     data, idx = call.args
@@ -63,7 +66,9 @@ def _needs_check(call) -> tuple | None:
     size = dty.shape[axis % len(dty.shape)]
     if not isinstance(size, tirx.IntImm):
         return None
-    return tuple(ity.shape), str(ity.dtype), int(size), axis, tuple(dty.shape)
+    definable = relax.analysis.definable_tir_vars_in_type(ity)
+    scalars = tuple(v for v in relax.analysis.tir_vars_in_type(ity) if not any(v.same_as(d) for d in definable))
+    return tuple(ity.shape), str(ity.dtype), int(size), axis, tuple(dty.shape), scalars
 
 
 @mutator
@@ -77,12 +82,13 @@ class _Check(PyExprMutator):
         key = _needs_check(call) if getattr(call.op, "name", None) == "relax.take" else None
         if key is None:
             return call
-        shape, dtype, size, axis, data_shape = key
+        shape, dtype, size, axis, data_shape, scalars = key
         name = (str(list(shape)), dtype, size, axis, str(data_shape))
         if name not in self.made:
-            func = _check_func(list(shape), dtype, size, axis, data_shape)
+            func = _check_func(list(shape), dtype, size, axis, data_shape, scalars)
             self.made[name] = self.builder_.add_func(func, "ext_check_take")
-        checked = self.builder_.emit(relax.call_tir(self.made[name], [call.args[1]], relax.TensorType(shape, dtype)))
+        args = [call.args[1], *(relax.expr.prim_value(v) for v in scalars)]
+        checked = self.builder_.emit(relax.call_tir(self.made[name], args, relax.TensorType(shape, dtype)))
         return relax.Call(call.op, [call.args[0], checked], call.attrs)
 
     def run(self):
