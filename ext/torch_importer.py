@@ -194,7 +194,10 @@ class Importer(ComplexFFT, ExtraOps, LayoutOps, ExactResize, ExportedProgramImpo
                 analyzer.update(var, ConstIntBound(int(rng.lower), int(rng.upper)))
             except (AttributeError, TypeError, ValueError, OverflowError):  # unbounded: leave it
                 pass
-        return analyzer.simplify(expr)
+        simple = analyzer.simplify(expr)
+        # only where the ranges settle every min/max: a half-settled form can hide a length TVM proved
+        # from the original (DeBERTa's rows ``[16 - min(n, 16), 16 + min(n, 16))`` are ``2 * min(n, 16)``)
+        return simple if not any(f in str(simple) for f in ("T.min(", "T.max(")) else expr
 
     def _tail_slice(self, x, size, dim, start, end, step, start_range):
         """``x[..., -n:]`` with a symbolic ``n`` of known range on a static dimension (MPT's ALiBi

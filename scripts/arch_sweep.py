@@ -274,7 +274,8 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
     from ext.frontend import from_onnx, from_torch
 
     cfg_cls, model_cls, kw, kind = architectures(transformers)[name]
-    if (symbolic or tokens or mask) and not kind.startswith("ids"):
+    if (symbolic or tokens or mask) and not kind.startswith("ids") or (tokens or mask) and "+" in kind \
+            or symbolic and kind not in ("ids", "ids16", "ids512", "ids+dec"):
         return "skipped (no sequence axis)"
     if mask and "attention_mask" not in inspect.signature(model_cls.forward).parameters:
         return "skipped (no attention_mask)"
@@ -291,11 +292,13 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
         cfg.use_cache = False
     model = _Output(model_cls(cfg).eval(), NAMED.get(kind)).eval()
     inputs = _inputs(kind, tokens)
-    checks = [inputs] + ([_text_ids(kind, n, seed=n) for n in (5, 29)] if symbolic else [])
+    checks = [inputs] + ([_text_ids(kind, n, seed=n) + (_text_ids(kind, n // 2 + 1, seed=n) if "+" in kind else ())
+                          for n in (5, 29)] if symbolic else [])  # an encoder-decoder: decoder ids half as long
     if mask:
         inputs, checks = _masked(inputs), [_masked(xs) for xs in checks]
-    seq = torch.export.Dim("seq", min=2, max=64)
-    dynamic = tuple({1: seq} for _ in inputs) if symbolic else None
+    seq = torch.export.Dim("seq", min=2, max=64)  # the decoder's its own: an encoder-decoder's lengths differ
+    dynamic = tuple({1: seq if i == 0 or mask else torch.export.Dim("dec", min=2, max=64)}
+                    for i in range(len(inputs))) if symbolic else None
     stage = "import"
     try:
         start = time.time()
@@ -342,12 +345,12 @@ def _output_class():
             super().__init__()
             self.model, self.names = model, names
 
-        def forward(self, x, *rest):
-            if self.names:  # a kind of several inputs, by keyword
-                out = self.model(**dict(zip(self.names, (x, *rest))), return_dict=True)
+        def forward(self, x, y=None):
+            if self.names:  # a kind of two inputs, by keyword
+                out = self.model(**dict(zip(self.names, (x, y))), return_dict=True)
             else:  # one input, and the attention mask with --mask
-                out = self.model(x, return_dict=True) if not rest else \
-                    self.model(x, attention_mask=rest[0], return_dict=True)
+                out = self.model(x, return_dict=True) if y is None else \
+                    self.model(x, attention_mask=y, return_dict=True)
             if getattr(out, "image_embeds", None) is not None:  # CLIP: both towers' embeddings
                 return torch.cat([out.text_embeds, out.image_embeds], -1)
             for key in ("last_hidden_state", "predicted_depth", "logits", "audio_codes"):
