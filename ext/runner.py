@@ -51,7 +51,7 @@ class CompiledCandidate:
         """NumPy inputs -> device tensors in the kernel's layout (transforms applied)."""
         args = []
         for i, x in enumerate(inputs):
-            t = tvm.runtime.tensor(np.ascontiguousarray(x), self.dev)
+            t = tvm.runtime.tensor(np.asarray(x, order="C"), self.dev)
             if i in self.transforms:
                 fn = self.transforms[i]
                 dst = tvm.runtime.empty(self.transform_shapes[i], x.dtype, self.dev)
@@ -177,7 +177,7 @@ class Model:
             return x if x.device == self.device else tvm.runtime.tensor(x.numpy(), self.device)
         if hasattr(x, "detach"):  # a torch tensor
             x = x.detach().cpu().numpy()
-        return tvm.runtime.tensor(np.ascontiguousarray(x), self.device)
+        return tvm.runtime.tensor(np.asarray(x, order="C"), self.device)  # ascontiguousarray makes 0-d 1-d
 
     def set_params(self, weights) -> None:
         """Hand over the weights (a list in the function's weight order, or ``{name: array}``);

@@ -157,6 +157,31 @@ def test_weights_are_never_written(cpu_target, name):
         np.testing.assert_array_equal(t.numpy(), w)
 
 
+class ScaledLinear(torch.nn.Module):
+    """A 0-d parameter (CLIP's ``logit_scale``) and a 0-d input beside a matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(7, 5)
+        self.scale = torch.nn.Parameter(torch.tensor(2.5))
+
+    def forward(self, x, shift):
+        return self.fc(x) * self.scale.exp() + shift
+
+
+def test_zero_dim_weight_and_input(cpu_target):
+    """A 0-d weight and a 0-d input keep their shape () on the way into the VM (NumPy's
+    ``ascontiguousarray`` would make them (1,), which the signature check refuses)."""
+    torch.manual_seed(0)
+    net, inputs = ScaledLinear().eval(), (torch.randn(3, 7), torch.tensor(-0.75))
+    mod, weights = ext.frontend.from_torch(net, inputs, keep_params_as_input=True)
+    assert any(w.ndim == 0 for w in weights)
+    model = ext.Model(ext.build(mod, cpu_target, verbose=False))
+    model.set_params(weights)
+    ref = _torch_out(net, inputs)
+    assert_close(model(*(x.numpy() for x in inputs)).numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
 def test_weights_by_name(cpu_target):
     net, inputs, mod, weights = _lifted("mlp")
     ex = ext.build(mod, cpu_target, verbose=False)

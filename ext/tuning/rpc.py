@@ -168,7 +168,7 @@ def measure_rpc_in_worker(task: dict) -> dict:
             _stage(task, stage)
             args = []
             for i, x in enumerate(xs):
-                t = tvm.runtime.tensor(np.ascontiguousarray(x), dev)
+                t = tvm.runtime.tensor(np.asarray(x, order="C"), dev)
                 if i in shapes:
                     dst = tvm.runtime.empty(shapes[i], x.dtype, dev)
                     rlib[f"transform{i}"](t, dst)
