@@ -45,8 +45,9 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     example_inputs : tuple (or list) of example tensors, or one tensor (their shapes become the
         static input shapes).
     keep_params_as_input : keep the weights as parameters of ``main`` after the inputs (attr
-        ``num_input``) instead of constants: every ``nn.Parameter`` and every floating-point
-        buffer (batch-norm running statistics), so a new checkpoint replaces all of them.
+        ``num_input``) instead of constants: every ``nn.Parameter`` and every persistent
+        floating-point buffer (batch-norm running statistics): what a checkpoint's
+        ``state_dict`` holds, so a new checkpoint replaces all of them.
 
     Returns
     -------
@@ -140,9 +141,11 @@ def _narrow(bb, expr, half: str):
 
 
 def _buffers_as_parameters(module):
-    """A copy of ``module`` whose floating-point buffers are (frozen) parameters: TVM's importer
-    binds buffers as constants even with ``keep_params_as_input``, which would freeze a model's
-    batch-norm statistics into the executable."""
+    """A copy of ``module`` whose persistent floating-point buffers are (frozen) parameters:
+    TVM's importer binds buffers as constants even with ``keep_params_as_input``, which would
+    freeze a model's batch-norm statistics into the executable. Non-persistent buffers (a
+    rotary table, a causal mask: derived, not in a checkpoint's ``state_dict``) stay constants;
+    as parameters ``torch.export`` refuses them (they are not in its state dict)."""
     import copy
 
     import torch
@@ -150,7 +153,7 @@ def _buffers_as_parameters(module):
     module = copy.deepcopy(module)
     for sub in module.modules():
         for name, buf in list(sub._buffers.items()):
-            if buf is not None and buf.is_floating_point():
+            if buf is not None and buf.is_floating_point() and name not in sub._non_persistent_buffers_set:
                 del sub._buffers[name]
                 sub.register_parameter(name, torch.nn.Parameter(buf, requires_grad=False))
     return module

@@ -7,12 +7,13 @@ second of audio), and checks ext's output against PyTorch's: it finds what does 
 build or match, not what is slow. Each model runs in its own subprocess with a time limit, so
 a crash is one row.
 
-    python scripts/arch_sweep.py                          # all 71 (about 25 minutes on 2 cores)
+    python scripts/arch_sweep.py                          # all 96 (about 35 minutes on 2 cores)
     python scripts/arch_sweep.py --models falcon detr     # some
     python scripts/arch_sweep.py --symbolic               # text models, symbolic sequence length
     python scripts/arch_sweep.py --mask                   # text models, 3 padded sequences and their attention mask
     python scripts/arch_sweep.py --onnx dynamo            # through an ONNX file and ext.frontend.from_onnx
     python scripts/arch_sweep.py --tokens 96              # text models at 96 tokens (fused attention: >= 64 keys)
+    python scripts/arch_sweep.py --params                 # weights as parameters, two checkpoints
 
 A row is ``ok`` when ``max |ext - torch| / max |torch|`` < 1e-4 and NaNs sit where PyTorch's
 are; ``WRONG`` otherwise; ``FAIL[stage]`` names the stage (import, build, run) and the error;
@@ -256,20 +257,21 @@ def _names(inputs) -> list[str]:
 
 
 def run_one(name: str, symbolic: bool = False, exporter: str | None = None, tokens: int | None = None,
-            mask: bool = False) -> str:
+            mask: bool = False, params: bool = False) -> str:
     """One row: import, build, run, compare (in this process). ``symbolic``: a text model's
     sequence length is a symbol (2..64), checked at the example length and at 5 and 29;
     ``exporter``: imported with ``from_onnx`` from that ONNX exporter's file instead of
     ``from_torch``. Where the file itself computes unlike PyTorch, onnxruntime on the same file
     is the reference (the row says so). ``tokens``: a text model's example length. ``mask``: a
-    text model called with 3 padded sequences and their ``attention_mask`` (``_masked``)."""
+    text model called with 3 padded sequences and their ``attention_mask`` (``_masked``).
+    ``params``: the weights imported as parameters (``keep_params_as_input``) and handed to
+    ``ext.Model.set_params``; then a second checkpoint (other random weights) must replace them
+    all: its output is checked against that model's."""
     os.environ.setdefault("EXT_CACHE", "0")
     import ext  # first: sets TVM_NUM_THREADS
     import onnx
     import torch
     import transformers
-    import tvm
-    from tvm import relax
 
     from ext.frontend import from_onnx, from_torch
 
@@ -299,21 +301,38 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
     seq = torch.export.Dim("seq", min=2, max=64)  # the decoder's its own: an encoder-decoder's lengths differ
     dynamic = tuple({1: seq if i == 0 or mask else torch.export.Dim("dec", min=2, max=64)}
                     for i in range(len(inputs))) if symbolic else None
+
+    def imported(net):
+        """``(data, mod, weights)``: the ONNX file (None from PyTorch), the module, the weights
+        (None where they are bound as constants)."""
+        data = _onnx_file(net, inputs, symbolic, exporter) if exporter else None
+        got = from_onnx(onnx.load_from_string(data), keep_params_as_input=params) if data else \
+            from_torch(net, inputs, dynamic_shapes=dynamic, keep_params_as_input=params)
+        return (data, *got) if params else (data, got, None)
+
+    def compared(runner, net, xs) -> tuple:
+        out = runner(*[x.numpy() for x in xs])
+        with torch.no_grad():
+            return (out if hasattr(out, "numpy") else out[0]).numpy(), net(*xs).float().numpy()
+
     stage = "import"
     try:
         start = time.time()
-        data = _onnx_file(model, inputs, symbolic, exporter) if exporter else None
-        mod = from_onnx(onnx.load_from_string(data)) if data else from_torch(model, inputs, dynamic_shapes=dynamic)
+        data, mod, weights = imported(model)
         stage = "build"
         ex = ext.build(mod, ext.target.cpu(), verbose=False)
         seconds = time.time() - start
         stage = "run"
-        vm = relax.VirtualMachine(ex, tvm.cpu())
-        pairs = []
-        for xs in checks:
-            out = vm["main"](*[tvm.runtime.tensor(x.numpy()) for x in xs])
-            with torch.no_grad():
-                pairs.append(((out if hasattr(out, "numpy") else out[0]).numpy(), model(*xs).float().numpy()))
+        runner = ext.Model(ex)
+        if params:
+            runner.set_params(weights)
+        pairs = [compared(runner, model, xs) for xs in checks]
+        if params:  # a second checkpoint replaces every weight
+            stage = "params"
+            torch.manual_seed(1)
+            other = _Output(model_cls(cfg).eval(), NAMED.get(kind)).eval()
+            runner.set_params(imported(other)[2])
+            pairs.append(compared(runner, other, checks[0]))
     except _ExportRefused as err:
         return f"EXPORT {str(err).splitlines()[0][:200]}"
     except Exception as err:  # noqa: BLE001 - the row reports it
@@ -332,7 +351,7 @@ def run_one(name: str, symbolic: bool = False, exporter: str | None = None, toke
             ok, note = True, f" against onnxruntime on the file (the file differs from PyTorch by {worst:.1e})"
             worst = max(e for e, _ in ort)
     return f"{'ok' if ok else 'WRONG'} import+build {seconds:.1f} s, error {worst:.1e}{note}" + (
-        "" if nan_ok or note else ", NaNs differ")
+        "" if nan_ok or note else ", NaNs differ") + (", 2 checkpoints" if params else "")
 
 
 def _output_class():
@@ -377,6 +396,8 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, metavar="N", help="text models only, at N tokens (default 13)")
     p.add_argument("--mask", action="store_true",
                    help="text models with 3 padded sequences and their attention mask (from_torch only)")
+    p.add_argument("--params", action="store_true",
+                   help="weights as parameters (keep_params_as_input + ext.Model.set_params), two checkpoints")
     p.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess
     args = p.parse_args(argv)
     if args.tokens is not None and not 2 <= args.tokens <= (64 if args.symbolic else 4096):
@@ -384,7 +405,7 @@ def main(argv=None) -> int:
     if args.mask and args.onnx:
         p.error("--mask runs from_torch only (the ONNX files take one input)")
     if args.one:
-        print(run_one(args.one, args.symbolic, args.onnx, args.tokens, args.mask), flush=True)
+        print(run_one(args.one, args.symbolic, args.onnx, args.tokens, args.mask, args.params), flush=True)
         return 0
     import transformers
 
@@ -398,7 +419,7 @@ def main(argv=None) -> int:
         try:
             cmd = [sys.executable, os.path.abspath(__file__), "--one", name] + (["--symbolic"] if args.symbolic else []) \
                 + (["--onnx", args.onnx] if args.onnx else []) + (["--tokens", str(args.tokens)] if args.tokens else []) \
-                + (["--mask"] if args.mask else [])
+                + (["--mask"] if args.mask else []) + (["--params"] if args.params else [])
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
             rows[name] = lines[-1] if lines and res.returncode == 0 else \

@@ -182,6 +182,34 @@ def test_zero_dim_weight_and_input(cpu_target):
     assert_close(model(*(x.numpy() for x in inputs)).numpy(), ref, rtol=1e-5, atol=1e-5)
 
 
+class BufferedNet(torch.nn.Module):
+    """A persistent buffer (a checkpoint's, like batch-norm statistics) and a non-persistent one
+    (derived, like a rotary table: not in ``state_dict``)."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.fc = torch.nn.Linear(6, 6)
+        self.register_buffer("shift", torch.randn(6, generator=gen))
+        self.register_buffer("table", torch.arange(6.0), persistent=False)
+
+    def forward(self, x):
+        return self.fc(x) * self.table + self.shift
+
+
+def test_non_persistent_buffer_stays_a_constant(cpu_target):
+    """The weights are the checkpoint's floating-point entries; a non-persistent buffer is bound
+    (as a parameter ``torch.export`` refused the model: "not in the state dict")."""
+    nets = [BufferedNet(seed).eval() for seed in (0, 1)]
+    x = torch.randn(3, 6)
+    lifted = [ext.frontend.from_torch(net, (x,), keep_params_as_input=True) for net in nets]
+    assert len(lifted[0][1]) == len(nets[0].state_dict()) == 3
+    model = ext.Model(ext.build(lifted[0][0], cpu_target, verbose=False))
+    for net, (_, weights) in zip(nets, lifted):
+        model.set_params(weights)
+        assert_close(model(x.numpy()).numpy(), _torch_out(net, (x,)), rtol=1e-5, atol=1e-5)
+
+
 def test_weights_by_name(cpu_target):
     net, inputs, mod, weights = _lifted("mlp")
     ex = ext.build(mod, cpu_target, verbose=False)
