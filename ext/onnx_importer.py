@@ -237,6 +237,27 @@ class MaxPool(stock.MaxPool):
         return relax.Tuple([values, bb.emit(relax.op.add(index, relax.const(planes)))])
 
 
+class Gather(stock.Gather):
+    """``Gather`` from a ``Shape`` by a constant 1-D index (``x.chunk(2, 1)`` exports
+    ``Gather(Shape(x), [1])``) stays a shape: the numbers, or a ``ShapeExpr`` of the symbolic
+    extents. The stock converter made it a run-time tensor, and every shape after it unknown: a
+    ShuffleNet exported with a dynamic height and width lost its shapes at the first channel split
+    and stopped at a reshape. A ``Shape`` known only at run time (a ``shape_of`` call), which
+    the stock converter took for a tensor, is read as an int64 tensor."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data, index = inputs[0], stock.get_constant(inputs[1], params)
+        if isinstance(data, relax.ShapeExpr) and isinstance(index, tvm.ir.GenericConst) and index.value.numpy().ndim == 1:
+            values = [data.values[int(i)] for i in index.value.numpy()]  # ONNX counts negative indices from the end
+            if all(isinstance(v, tvm.tirx.IntImm) for v in values):
+                return relax.const(np.array([int(v) for v in values], "int64"), "int64")
+            return relax.ShapeExpr(values)
+        if isinstance(data.ty, relax.ShapeType) and not isinstance(data, relax.ShapeExpr):
+            inputs = [bb.normalize(relax.op.shape_to_tensor(data)), *inputs[1:]]
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
 class LpNormalization(stock.OnnxOpConverter):
     """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
 
@@ -308,7 +329,7 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
              "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose,
-             "MaxPool": MaxPool, **RECURRENT}
+             "MaxPool": MaxPool, "Gather": Gather, **RECURRENT}
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ Stages (a flat, named sequence)::
                        on int8, FoldConstant, CSE, DCE
     LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
     CheckTakeIndices   (CPU) runtime indices of take (embeddings, Gather) asserted in range: IndexError
+    SettleComputedDims a ceil-mode pool on a symbolic size as an exact floor-mode pool, or its
+                       extent a fresh symbol: stock fusion stops on the if_then_else it infers
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
     LowerToCandidates  composite -> Workload -> Selector -> call_tir(kernel), report (with a row per
                        op left to stock lowering, and a ``failed`` row per composite ext failed on)
@@ -38,6 +40,7 @@ from .relax_passes.nan_order import LowerArgExtremes
 from .relax_passes.elemwise_math import LowerElementwiseMath
 from .relax_passes.block_channels import BlockChannels, block_channels
 from .relax_passes.checked_take import CheckTakeIndices
+from .relax_passes.computed_dims import SettleComputedDims
 from .relax_passes.fold_batchnorm import FoldBatchNorm
 from .relax_passes.fold_constants import FoldRemainingConstants
 from .relax_passes.fold_pad import FoldPadIntoConv
@@ -104,7 +107,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                       + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices()]
                          if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
-                      + [rp.FuseEpilogues(cpu=cpu_target)]),
+                      + [SettleComputedDims(), rp.FuseEpilogues(cpu=cpu_target)]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

@@ -184,3 +184,76 @@ def test_negative_select_on_a_symbolic_length(cpu_target):
         with torch.no_grad():
             want = net(x).numpy()
         assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=f"seq {length}")
+
+
+class CeilPools(torch.nn.Module):
+    """Ceil-mode pools on a symbolic image: SqueezeNet's max pool (3/2), GoogLeNet's (3/1 with
+    padding 1), ResNet-D's average without padding counted (2/2): exact as floor-mode pools
+    with more padding; an average counting its padding (3/2, padding 1) is not, and
+    EfficientNet's head (a window larger than the map) neither: their extents become fresh
+    symbols. Before ``SettleComputedDims`` the build stopped on the ``if_then_else`` extent."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.pools = torch.nn.ModuleList([
+            torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.nn.MaxPool2d(3, 1, padding=1, ceil_mode=True),
+            torch.nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False),
+            torch.nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=True)])
+        self.head = torch.nn.AvgPool2d(64, ceil_mode=True)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        outs = [torch.relu(p(y)).flatten(1).sum(1, keepdim=True) for p in self.pools]
+        return torch.cat(outs + [self.head(y).flatten(1)], 1)
+
+
+def test_ceil_mode_pools_on_a_symbolic_image(cpu_target, tmp_path):
+    """Through ONNX with a dynamic height and width (``torch.export`` itself refuses a symbolic
+    size under a ceil-mode pool: its guards specialize it)."""
+    torch.manual_seed(0)
+    net = CeilPools().eval()
+    path = str(tmp_path / "pools.onnx")
+    torch.onnx.export(net, (torch.randn(1, 3, 21, 20),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {2: "h", 3: "w"}})
+    mod = ext.frontend.from_onnx(path)
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
+    for size in ((21, 20), (9, 9), (32, 17), (50, 63)):
+        x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(size[0]))
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5,
+                     atol=1e-5 * float(np.abs(want).max()), what=str(size))
+
+
+class ChannelShuffle(torch.nn.Module):
+    """ShuffleNet's unit: ``chunk`` along the channels (exported as ``Gather(Shape(x), [1])``),
+    then the reshape-transpose-reshape by sizes read from the shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        y = torch.cat([a, self.conv(b)], 1)
+        n, c, h, w = y.shape
+        return y.reshape(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+def test_onnx_shape_gather_keeps_symbolic_shapes(cpu_target, tmp_path):
+    """The split sizes and reshape targets stay shapes of ``n``, ``h``, ``w``: before, the
+    channel split's sizes were a run-time tensor and the import stopped at the reshape."""
+    torch.manual_seed(0)
+    net = ChannelShuffle().eval()
+    path = str(tmp_path / "shuffle.onnx")
+    torch.onnx.export(net, (torch.randn(1, 8, 5, 6),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    mod = ext.frontend.from_onnx(path)
+    assert [str(d) for d in mod["main"].ret_ty.shape] == ["n", "T.int64(8)", "h", "w"]
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
+    for shape in ((1, 8, 5, 6), (3, 8, 2, 9)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=str(shape))

@@ -39,6 +39,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..workload import TENSOR_STEPS
+from .computed_dims import computed_shape
 from .elemwise_math import commutative, is_constant, parametric_activation
 from .families import FAMILIES
 
@@ -203,6 +204,8 @@ def _check_chain(family, variant: str, parts: tuple):
         ann = ctx.annotated_expr
         if _leaks(ctx):  # an inner value is used outside the group
             return False
+        if any(computed_shape(e.ty) for e in (*ann.values(), *ann["anchor"].args) if isinstance(e, relax.Expr)):
+            return False  # a ceil-mode pool's if_then_else extent: stock fusion would stop on it
         if not family.check(variant, ann):
             return False
         anchor = ann["anchor"]
