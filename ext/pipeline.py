@@ -18,7 +18,8 @@ Stages (a flat, named sequence)::
     LiftWeightTransforms  weights passed as parameters (attr ``num_input``): their transforms move
                        to ``main_transform_params``, run once per weight set (``ext.Model``)
     LowerElementwiseMath  (CPU) exp/sigmoid/tanh/gelu/silu as vectorizable polynomials
-    stock legalize     LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
+    stock legalize     LegalizeOps (a reshape of a symbolic shape stays a view: ``symbolic_views``),
+                       AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR
     UseInplaceCalls    (CPU) fused element-wise kernels write over an input that dies there
     FallbackSchedule   ext's CPU fallback / dlight on CUDA for unscheduled kernels
     stock lowering     dataflow lowering and VM finalization
@@ -50,6 +51,7 @@ from .relax_passes.merge_groups import MergeNarrowGroups
 from .relax_passes.inplace import UseInplaceCalls
 from .relax_passes.kv_append import FuseCacheAppend
 from .relax_passes.noalias import MarkNoAlias
+from .relax_passes.symbolic_views import legalize_passes
 from .progress import BuildProgress, stage
 from .strategies.conv2d import lanes
 from .strategies.report import SelectionReport
@@ -114,7 +116,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                 # one transform per weight (an unrolled RNN's steps share it), then folded
                 stage("weights", [relax.transform.EliminateCommonSubexpr(), relax.transform.DeadCodeElimination(),
                                   rp.FoldConstants(), FoldRemainingConstants(), LiftWeightTransforms()]),
-                stage("legalize", ([LowerElementwiseMath(), LowerArgExtremes()] if cpu_target else []) + backend.legalize_passes(tgt)
+                stage("legalize", ([LowerElementwiseMath(), LowerArgExtremes()] if cpu_target else []) + legalize_passes(backend.legalize_passes(tgt))
                       + ([UseInplaceCalls()] if cpu_target else []) + [rp.FallbackSchedule(tgt)]),
                 # MarkNoAlias last: VMShapeLower's shape functions would cost every kernel its noalias
                 stage("lower", backend.dataflow_lower_passes(tgt) + backend.finalize_passes(tgt) + [MarkNoAlias()]),

@@ -244,6 +244,39 @@ def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n}")
 
 
+@pytest.mark.parametrize("C,O,k,stride,groups,epilogue", [
+    (16, 24, 1, 2, 1, ("bias",)),              # a 1x1 stride-2 shortcut: the pack subsamples
+    (8, 8, 3, 1, 1, ("bias", "residual")),     # 3x3 with the residual read in the unpack
+    (12, 18, 3, 2, 3, ("bias", "relu")),       # grouped, strided
+])
+def test_conv2d_dyn_takes_symbolic_height_and_width(cpu_target, C, O, k, stride, groups, epilogue):
+    """Batch, height and width symbolic: one kernel for every image size (odd and prime sides,
+    widths that are no multiple of the register tile)."""
+    import torch
+    pad = k // 2
+    oh = f"(h + {2 * pad - k}) // {stride} + 1"
+    ow = f"(w + {2 * pad - k}) // {stride} + 1"
+    out = ("n", O, oh, ow)
+    shapes = [("n", C, "h", "w"), (O, C // groups, k, k), (1, O, 1, 1)] + ([out] if "residual" in epilogue else [])
+    wl = _wl("conv2d", shapes, strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=groups,
+             data_layout="NCHW", kernel_layout="OIHW", out_shape=out, w_const=True, epilogue=epilogue)
+    rng = np.random.default_rng(10)
+    w, b = _rand(rng, (O, C // groups, k, k)), _rand(rng, (1, O, 1, 1))
+    for n, h, wd in [(1, 13, 29), (2, 7, 5), (1, 32, 17), (3, 1, 2)]:
+        x = _rand(rng, (n, C, h, wd))
+        ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                         stride=stride, padding=pad, groups=groups).numpy() + b
+        inputs = [x, w, b]
+        if "residual" in epilogue:
+            res = _rand(rng, ref.shape)
+            inputs.append(res)
+            ref = ref + res
+        elif "relu" in epilogue:
+            ref = np.maximum(ref, 0)
+        got = _run_candidate("conv2d.direct_nchwc_dyn", wl, cpu_target, inputs, ref.shape)
+        assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n} h={h} w={wd}")
+
+
 # -- whole graphs: built once, run at several sizes ---------------------------------------------------
 
 def _build(mod, target):
@@ -354,6 +387,43 @@ def test_symbolic_batch_conv_net_equals_static_builds(cpu_target):
             static, _ = _build(ext.frontend.from_torch(net, (x,)), cpu_target)
             want = relax.VirtualMachine(static, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
             assert_close(got, want, rtol=1e-5, atol=1e-5, what="symbolic vs static build")
+
+
+def test_onnx_cnn_with_symbolic_batch_and_image_size(cpu_target, tmp_path):
+    """Batch, height and width dynamic in ONNX: every conv (3x3, a strided residual block with
+    its 1x1 stride-2 shortcut, depthwise, grouped) takes ``conv2d.direct_nchwc_dyn``, one
+    build for every size (odd, prime, a 2-pixel width) and the same numbers as PyTorch."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 16, 3, 1, 1))
+            self.short = nn.Conv2d(8, 16, 1, 2)
+            self.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+            self.gc = nn.Conv2d(16, 16, 3, 1, 1, groups=4)
+
+        def forward(self, x):
+            y = torch.relu(self.a(x) + self.short(x))
+            return self.gc(torch.relu(self.dw(y)) + y)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), Block(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(16, 5)).eval()
+    path = str(tmp_path / "cnn.onnx")
+    torch.onnx.export(net, (torch.randn(1, 3, 16, 16),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    ex, report = _build(ext.frontend.from_onnx(path), cpu_target)
+    convs = [d for d in report.decisions if d.workload.op == "conv2d"]
+    assert len(convs) == 6 and {d.candidate.name for d in convs} == {"conv2d.direct_nchwc_dyn"}, report
+    assert not [r for r in report.stock if r.workload.op == "relax.nn.conv2d"], report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for shape in ((1, 3, 16, 16), (2, 3, 7, 11), (1, 3, 29, 2), (3, 3, 1, 5)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-4, atol=1e-5, what=str(shape))
 
 
 def test_hf_bert_with_symbolic_sequence_builds_and_matches_pytorch(cpu_target):

@@ -16,7 +16,8 @@ carries, gives ``"other"``, which no candidate should declare):
   ``b``), ``cols`` (N), ``reduction`` (K), ``batch`` (batch axes of a batched pair)
 * ``softmax`` / ``layer_norm``: ``rows``, ``cols``
 * ``reduce``: ``outer``, ``reduced``, ``inner`` of the canonical ``(O, R, I)``
-* ``conv2d``: ``batch``, ``channels``, ``spatial``, ``kernel``
+* ``conv2d``: ``batch``, ``channels``, ``spatial``, ``kernel`` (an epilogue tensor's axes
+  as the output's: a residual's computed height is ``spatial``)
 * ``pool2d``: ``batch``, ``channels``, ``spatial`` (by the ``layout`` attr's letters)
 """
 from __future__ import annotations
@@ -51,7 +52,13 @@ def _conv2d(wl: Workload) -> list[tuple[object, str]]:
 
     role = {"N": "batch", "C": "channels", "O": "channels", "I": "channels", "H": "spatial", "W": "spatial",
             "KH": "kernel", "KW": "kernel"}
-    return [(d, role[k]) for k, d in conv_dims(wl).items()]
+    pairs = [(d, role[k]) for k, d in conv_dims(wl).items()]
+    # bias, residual, SE scale broadcast against the output (in the data's layout): their axes
+    # play its roles
+    layout = str(wl.attr("data_layout", "NCHW"))
+    if sorted(layout) == sorted("NCHW"):
+        pairs += [(d, role[ax]) for s in wl.shapes[2:] if len(s) == 4 for ax, d in zip(layout, s)]
+    return pairs
 
 
 def _pool2d(wl: Workload) -> list[tuple[object, str]]:

@@ -17,8 +17,9 @@ no bounds check in the hot loop) and threads over it.
   zero-padded panels inside the kernel.
 * ``softmax.rowwise_dyn``, ``layer_norm.fused_dyn``: the static row kernels
   (their computes take a symbolic row count) over a parallel symbolic row loop.
-* ``conv2d.direct_nchwc_dyn``: ``conv2d.direct_nchwc`` with a symbolic batch,
-  the images one more axis of its parallel loop.
+* ``conv2d.direct_nchwc_dyn``: ``conv2d.direct_nchwc`` with a symbolic batch (the images
+  one more axis of its parallel loop) or image size (rows of the parallel loop, the width
+  padded to whole register tiles; tiles chosen as for a 28x28 map).
 * ``reduce.inner_dyn`` / ``reduce.outer_dyn``: ``reduce.inner`` / ``reduce.outer``
   with the rows ``O`` of the canonical ``(O, R, I)`` symbolic (a batch before the
   reduced axes: a CNN's global average pool).
@@ -30,6 +31,8 @@ The others also take static workloads (``test_candidates`` checks them there) bu
 ``suits`` leaves those to the static kernels, which see every extent.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from tvm import te
 
@@ -260,14 +263,31 @@ register(Candidate("layer_norm.fused_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_chec
 
 
 # -- conv2d.direct_nchwc_dyn ---------------------------------------------------------------------
-# ``conv2d.direct_nchwc``'s checks, knob space and default read no batch size: reused as they are.
+# ``conv2d.direct_nchwc``'s checks, knob space and default, read at a representative image size
+# where the height or width is symbolic (they pick tiles from the output width; the kernel pads
+# the width to whole register tiles by an expression, so any size runs).
+
+#: the image side the static heuristics see for a symbolic one (a mid-network feature map)
+REPRESENTATIVE_SIDE = 28
+
+
+def _at_size(wl: Workload) -> Workload:
+    """``wl`` with the data's symbolic height and width (NCHW) at ``REPRESENTATIVE_SIDE``."""
+    x = wl.shapes[0]
+    if len(x) != 4 or all(isinstance(d, int) for d in x[2:]):
+        return wl
+    data = tuple(x[:2]) + tuple(d if isinstance(d, int) else REPRESENTATIVE_SIDE for d in x[2:])
+    return dataclasses.replace(wl, shapes=(data,) + tuple(wl.shapes[1:]))
+
 
 def _conv_build(wl, cfg: DirectConfig, target):
-    """``conv2d.direct_nchwc``'s kernel with the batch a ``tirx.Var``: its fused parallel loop
-    (image x channel block x row) runs over every image of the call."""
+    """``conv2d.direct_nchwc``'s kernel with the batch, height and width ``tirx.Var`` expressions
+    where symbolic: its fused parallel loop (image x channel block x row) runs over every image
+    and row of the call, the output width padded to whole register tiles."""
     table = SymbolTable()
     g = conv.geom(wl)
-    g = cv.ConvGeom(table.dim(g.N), g.C, g.H, g.W, g.O, g.KH, g.KW, g.stride, g.pad, g.dilation, g.groups)
+    g = cv.ConvGeom(table.dim(g.N), g.C, table.dim(g.H), table.dim(g.W), g.O, g.KH, g.KW, g.stride, g.pad,
+                    g.dilation, g.groups)
     X, Wp, *extras = _placeholders(wl, table, b_shape=conv._direct_wshape(g, cfg))
     _, _, D = cv.conv2d_nchwc(X, Wp, g, icb=cfg.icb, ocb=cfg.ocb, ow_pad=cfg.reg_n, epilogue=wl.epilogue,
                               extras=[dyn.Broadcastable(e) for e in extras], out_dtype=wl.out_dtype)
@@ -277,9 +297,10 @@ def _conv_build(wl, cfg: DirectConfig, target):
 
 
 register(Candidate("conv2d.direct_nchwc_dyn", ("llvm",), PLEVEL.BLOCKED,
-                   lambda wl, t: conv._direct_check(wl, t, blocked=False), DirectConfig,
-                   space=conv._direct_space, default=conv._direct_default, build=_conv_build,
-                   transforms=conv._direct_transforms, suits=_static_suits, dynamic=("batch",)))
+                   lambda wl, t: conv._direct_check(_at_size(wl), t, blocked=False), DirectConfig,
+                   space=lambda wl, t: conv._direct_space(_at_size(wl), t),
+                   default=lambda wl, t: conv._direct_default(_at_size(wl), t), build=_conv_build,
+                   transforms=conv._direct_transforms, suits=_static_suits, dynamic=("batch", "spatial")))
 
 
 # -- reduce.inner_dyn / reduce.outer_dyn ---------------------------------------------------------

@@ -39,7 +39,7 @@ import dataclasses
 from tvm import te, tirx
 
 from . import epilogue as ep
-from .dynamic import dim  # conv2d_nchwc's batch N may be symbolic (a tirx.Var)
+from .dynamic import dim, is_static, round_up  # conv2d_nchwc's batch and image size may be symbolic
 from .matmul import _i64, ceil_to
 
 
@@ -86,7 +86,7 @@ def _zero(dtype):
 
 def clamp_index(i, size: int):
     """``i`` clamped into ``[0, size)``: the in-image row or column nearest to a padded one."""
-    return te.max(te.min(i, _i64(size - 1)), _i64(0))
+    return te.max(te.min(i, dim(size - 1)), _i64(0))
 
 
 def padded_read(X: te.Tensor, g: ConvGeom, layout: str = "NCHW", block: int = 0, fill=None):
@@ -139,7 +139,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
     RC, OB = nchwc_blocks(g, icb, ocb)
     sh, sw = g.stride
     dh, dw = g.dilation
-    OWp = ceil_to(g.OW, ow_pad)
+    OWp = round_up(g.OW, ow_pad)
     CB = RC * g.groups
     # a 1x1 kernel reads only every stride-th pixel: the pack subsamples, the conv reads P densely
     fold = (g.KH, g.KW) == (1, 1)
@@ -158,7 +158,8 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         ok = tirx.all(c < g.C, wp < g.W + g.pad[1])
         return tirx.if_then_else(ok, val, _zero(X.dtype))
 
-    direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and OWp == g.OW and g.groups == 1
+    same_w = is_static(OWp) and is_static(g.OW) and int(OWp) == int(g.OW)
+    direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and same_w and g.groups == 1
               and g.C % icb == 0 and in_block in (0, icb))
     if direct:  # a 1x1 stride-1 conv reads X in place: no pack
         P = None
@@ -167,7 +168,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
             n, cb, h, w, ci = idx
             return X[n, cb, h, w, ci] if in_block else X[n, cb * icb + ci, h, w]
     else:
-        P = te.compute((dim(g.N), _i64(CB), _i64(Hp), _i64(Wpd), _i64(icb)), pack, name="P")
+        P = te.compute((dim(g.N), _i64(CB), dim(Hp), dim(Wpd), _i64(icb)), pack, name="P")
         at = P.__getitem__
     rc = te.reduce_axis((_i64(0), _i64(RC)), name="rc")
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
@@ -180,7 +181,7 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         return te.sum(at((n, cb, oh * sh + kh * dh, ow * sw + kw * dw, ri)).astype(out_dtype)
                       * Wp[ob, rc, kh, kw, ri, oi].astype(out_dtype), axis=[rc, kh, kw, ri])
 
-    C = te.compute((dim(g.N), _i64(OB), _i64(g.OH), _i64(OWp), _i64(ocb)), conv, name="C")
+    C = te.compute((dim(g.N), _i64(OB), dim(g.OH), dim(OWp), _i64(ocb)), conv, name="C")
     # per-channel steps (bias, SE scale, activations) on the channel-vector tiles, before the
     # unpack: along ``oi`` they vectorize (the unpack's rows of OW columns often do not, and a
     # scalar GELU/SiLU there cost as much as the conv); a residual is read in the unpack
@@ -197,11 +198,11 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         src = te.compute(C.shape, tile, name="E")
     if out_block:  # b-wide vectors out of ocb-wide tiles: q*b + r = (q // k)*ocb + (q % k)*b + r
         b, k = out_block, ocb // out_block
-        D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O // b, g.OH, g.OW, b)),
+        D = ep.fused_output((dim(g.N),) + tuple(dim(d) for d in (g.O // b, g.OH, g.OW, b)),
                             lambda n, q, oh, ow, r: src[n, q // k, oh, ow, (q % k) * b + r],
                             post, post_extras, out_dtype)
         return P, C, D
-    D = ep.fused_output((dim(g.N),) + tuple(_i64(d) for d in (g.O, g.OH, g.OW)),
+    D = ep.fused_output((dim(g.N),) + tuple(dim(d) for d in (g.O, g.OH, g.OW)),
                         lambda n, o, oh, ow: src[n, o // ocb, oh, ow, o % ocb], post, post_extras, out_dtype)
     return P, C, D
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ..common import extent, has_block
 from ..common import try_step
@@ -88,6 +88,22 @@ def _vectorize_split(sch, loop, lanes: int) -> None:
         sch.vectorize(inner)
 
 
+def parallel_outer(sch: s_tir.Schedule, loops: list):
+    """Fuse the spatial ``loops`` into one parallel loop and return it. A symbolic extent
+    (a run-time image height) goes first and the loops outside it stay serial around it:
+    TVM cannot invert a fused index with a symbolic extent inside it (the tile regions it
+    derived spanned images and the write-back ran past the output)."""
+    static = [lp for lp in loops if isinstance(sch.get(lp).extent, tirx.IntImm)]
+    symbolic = [lp for lp in loops if lp not in static]
+    if symbolic:
+        loops = symbolic + static
+        sch.reorder(*loops)
+        loops = loops[len(symbolic) - 1:]
+    row = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    sch.parallel(row)
+    return row
+
+
 def schedule_pack(sch: s_tir.Schedule, block: str, lanes: int, n_outer: int, by_rows: bool = False) -> None:
     """Padding/packing stage: parallel over the first ``n_outer`` loops, innermost vectorized;
     ``by_rows`` (blocked packs ``(n, cb, hp, wp, ci)``): rows before channel blocks."""
@@ -96,7 +112,7 @@ def schedule_pack(sch: s_tir.Schedule, block: str, lanes: int, n_outer: int, by_
     if by_rows:
         loops = [loops[0], loops[2], loops[1], *loops[3:]]
         sch.reorder(*loops)
-    sch.parallel(sch.fuse(*loops[:n_outer]))
+    parallel_outer(sch, loops[:n_outer])
     _vectorize_split(sch, loops[-1], lanes)
 
 
@@ -116,8 +132,7 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
         oii = oi
     outer = (n, oh, ob) if rows else (n, ob, oh)
     sch.reorder(*outer, owo, rc, kh, kw, ri, owi, *vecs, oii)
-    row = sch.fuse(*outer)
-    sch.parallel(row)
+    row = parallel_outer(sch, list(outer))
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
     if has_block(sch, "E"):  # per-channel epilogue steps applied as the register tile is written back
@@ -130,8 +145,7 @@ def schedule_direct_nchwc(sch: s_tir.Schedule, cfg: DirectConfig, lanes: int) ->
     d = sch.get_sblock("D")
     blocked = len(sch.get(d).writes[0].source.shape) == 5  # NCHWc out: whole-vector copies
     if not _try(sch.reverse_compute_at, d, row):  # separate unpack pass
-        dl = sch.get_loops(d)
-        sch.parallel(sch.fuse(*dl[:3]))
+        parallel_outer(sch, sch.get_loops(d)[:3])
     if blocked:
         _vectorize_split(sch, sch.get_loops(d)[-1], lanes)
     sch.decompose_reduction(c, rc)
@@ -176,8 +190,7 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
         dl = sch.get_loops(d)
         _vectorize_widest(sch, dl[-1], lanes)
     else:
-        dl = sch.get_loops(d)
-        sch.parallel(sch.fuse(*dl[:3]))
+        parallel_outer(sch, sch.get_loops(d)[:3])
     sch.decompose_reduction(c, kh)
 
 
@@ -211,8 +224,7 @@ def schedule_depthwise_nchwc(sch: s_tir.Schedule, cfg: TileConfig, lanes: int) -
     elif _try(sch.reverse_compute_at, d, par):
         _vectorize_split(sch, sch.get_loops(d)[-1], lanes)
     else:
-        dl = sch.get_loops(d)
-        sch.parallel(sch.fuse(*dl[:3]))
+        parallel_outer(sch, sch.get_loops(d)[:3])
     sch.decompose_reduction(c, kh)
 
 
