@@ -258,6 +258,50 @@ class Gather(stock.Gather):
         return super()._impl_v13(bb, inputs, attr, params)
 
 
+class Concat(stock.Concat):
+    """Tensors whose other extents are symbolic and not provably equal (an upsampled map
+    ``2 * ((h - 1) // 32 + 1)`` beside a lateral ``(h - 1) // 16 + 1``: equal for the sizes the
+    model takes, a multiple of 32) are matched to the first one's extents with a run-time check
+    (``match_cast``): the concat keeps a shape, and a size where they differ stops with the VM's
+    shape error, as PyTorch stops. The stock converter left the result's shape unknown and the
+    next ``Resize`` or ``Conv`` failed to import (YOLO with a dynamic height and width)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        tensors = [bb.normalize(x) if isinstance(x, relax.Expr) else x for x in inputs]
+        shapes = [getattr(getattr(x, "ty", None), "shape", None) for x in tensors]
+        if len(tensors) < 2 or not all(isinstance(x.ty, relax.TensorType) and isinstance(s, relax.ShapeExpr)
+                                       for x, s in zip(tensors, shapes)):
+            return super()._impl_v13(bb, inputs, attr, params)
+        rank = len(shapes[0].values)
+        if any(len(s.values) != rank for s in shapes):
+            return super()._impl_v13(bb, inputs, attr, params)
+        axis = attr.get("axis", 0) % rank
+        analyzer = tvm.sym.Analyzer()
+        first = shapes[0].values
+        matched = [tensors[0]]
+        for x, s in zip(tensors[1:], shapes[1:]):
+            want = [s.values[i] if i == axis else first[i] for i in range(rank)]
+            if all(analyzer.can_prove_equal(a, b) for a, b in zip(want, s.values)):
+                matched.append(x)
+            else:
+                matched.append(bb.match_cast(x, relax.TensorType(want, x.ty.dtype)))
+        return relax.op.concat(matched, axis=axis)
+
+
+class Cast(stock.Cast):
+    """A shape cast to int64 (its own type: sizes read for a ``Resize`` to another map's size)
+    stays a shape; the stock converter made a symbolic one a run-time tensor, which the
+    ``Concat`` of the output size then refused beside a shape (DeepLabV3's pooling branch
+    with a dynamic image size)."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        if isinstance(inputs[0], relax.ShapeExpr) and stock.get_type(attr["to"]) == "int64":
+            return inputs[0]
+        return super()._impl_v13(bb, inputs, attr, params)
+
+
 class LpNormalization(stock.OnnxOpConverter):
     """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
 
@@ -283,8 +327,43 @@ class Resize(stock.Resize):
         inputs = list(inputs)
         if len(inputs) > 3 and _empty_constant(inputs[2], params):
             inputs[2] = None  # an empty `scales` beside `sizes` (opset 11-12 required the input): none
+        inputs = cls._integral_scales(inputs, params)
         out = cls._by_scale(bb, inputs, attr, params)
-        return out if out is not None else super()._impl_v18(bb, inputs, attr, params)
+        if out is not None:
+            return out
+        sizes = inputs[3] if len(inputs) > 3 else None
+        if isinstance(sizes, relax.ShapeExpr) and not all(isinstance(d, tvm.tirx.IntImm) for d in sizes.values):
+            return cls._symbolic_sizes(bb, inputs, attr, params, sizes)
+        return super()._impl_v18(bb, inputs, attr, params)
+
+    @classmethod
+    def _symbolic_sizes(cls, bb, inputs, attr, params, sizes: relax.ShapeExpr):
+        """``sizes`` read from another tensor's symbolic shape (a resize to the input's size): the
+        stock converter maps the attributes with placeholder sizes, then the call takes the
+        symbolic ones (the stock converter read each size as a number and failed)."""
+        rank = len(sizes.values)
+        placeholder = relax.const(np.ones(rank, "int64"))
+        out = super()._impl_v18(bb, inputs[:3] + [placeholder] + inputs[4:], attr, params)
+        if not (isinstance(out, relax.Call) and out.op.name in ("relax.image.resize2d", "relax.image.resize3d")):
+            raise NotImplementedError(f"Resize to a symbolic size {list(sizes.values)} on a {rank}-D input with "
+                                      "these attributes (a run-time ROI or a 1-D resize)")
+        return relax.Call(out.op, [out.args[0], relax.ShapeExpr(list(sizes.values)[2:])], out.attrs)
+
+    @staticmethod
+    def _integral_scales(inputs: list, params) -> list:
+        """Whole-number ``scales`` on a symbolic image as int64: the stock converter then sizes
+        the output ``2 * h``, not ``int64(2.0 * float32(h))``, which no later shape check can
+        compare (YOLO's concat of an upsampled map with a lateral one lost every shape)."""
+        x = inputs[0]
+        shape = getattr(x.ty, "shape", None) if isinstance(getattr(x, "ty", None), relax.TensorType) else None
+        scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
+        if shape is None or not isinstance(scales, tvm.ir.GenericConst) or all(
+                isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return inputs
+        values = scales.value.numpy()
+        if values.size != len(shape) or not np.all((values == np.round(values)) & (values >= 1)):
+            return inputs
+        return inputs[:2] + [relax.const(values.astype("int64"))] + inputs[3:]
 
     @classmethod
     def _by_scale(cls, bb, inputs, attr, params):
@@ -292,7 +371,8 @@ class Resize(stock.Resize):
         scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
         coord = attr.get("coordinate_transformation_mode", b"half_pixel").decode("ascii")
         mode = attr.get("mode", b"nearest").decode("ascii")
-        if (not isinstance(scales, tvm.ir.GenericConst) or len(x.ty.shape) != 4 or attr.get("exclude_outside", 0)
+        if (not isinstance(scales, tvm.ir.GenericConst) or x.ty.shape is None or len(x.ty.shape) != 4
+                or attr.get("exclude_outside", 0)
                 or attr.get("antialias", 0) or coord not in ("half_pixel", "pytorch_half_pixel", "asymmetric")):
             return None
         dims = [getattr(d, "value", None) for d in list(x.ty.shape)[2:]]
@@ -329,7 +409,8 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
              "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose,
-             "MaxPool": MaxPool, "Gather": Gather, **RECURRENT}
+             "MaxPool": MaxPool, "Gather": Gather, "Concat": Concat, "Cast": Cast,
+             **RECURRENT}
 
 
 @contextlib.contextmanager

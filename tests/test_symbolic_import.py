@@ -257,3 +257,44 @@ def test_onnx_shape_gather_keeps_symbolic_shapes(cpu_target, tmp_path):
         with torch.no_grad():
             want = net(x).numpy()
         assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=str(shape))
+
+
+class TinyFPN(torch.nn.Module):
+    """A feature pyramid: an upsampled coarse map (nearest, scale 2) concatenated with a finer
+    one, then a bilinear resize to the input's own size (sizes read from its shape) and an
+    HF-style size cast (``Gather`` of one extent, ``Unsqueeze``, ``Concat``, ``Cast``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 4, 3, 2, 1)
+        self.c2 = torch.nn.Conv2d(4, 4, 3, 2, 1)
+        self.head = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        b = torch.relu(self.c2(a))
+        y = self.head(torch.cat([torch.nn.functional.interpolate(b, scale_factor=2.0, mode="nearest"), a], 1))
+        return torch.nn.functional.interpolate(y, size=x.shape[2:], mode="bilinear", align_corners=False)
+
+
+def test_onnx_feature_pyramid_on_a_symbolic_image(cpu_target, tmp_path):
+    """Before: the upsample's size was ``int64(2.0 * float32(h'))``, which the concat could not
+    compare with the lateral map's extent (its shape, then the next import, lost); the resize
+    to the input's size read its symbolic sizes as numbers. Now both resizes keep exact
+    shapes, the concat checks its extents at run time, and a size where the maps differ stops
+    with the VM's shape error (PyTorch stops there too)."""
+    torch.manual_seed(0)
+    net = TinyFPN().eval()
+    path = str(tmp_path / "fpn.onnx")
+    torch.onnx.export(net, (torch.randn(1, 3, 16, 12),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    mod = ext.frontend.from_onnx(path)
+    assert [str(d) for d in mod["main"].ret_ty.shape] == ["n", "T.int64(2)", "h", "w"]
+    vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
+    for shape in ((1, 3, 16, 12), (2, 3, 8, 20), (1, 3, 4, 28)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-5, what=str(shape))
+    with pytest.raises(Exception, match="match_cast"):
+        vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 10, 12), "float32")))

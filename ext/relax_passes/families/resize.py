@@ -5,7 +5,7 @@ Workload: ``shapes = [x]``; attrs ``method``, ``coordinate_transformation_mode``
 """
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.dpl import is_op, wildcard
 
 from ...workload import Workload
@@ -21,8 +21,13 @@ def _resize():
 
 
 def _check(variant: str, ann: dict) -> bool:
-    ty = ann["x"].ty
-    return isinstance(ty, relax.TensorType) and ty.shape is not None and len(ty.shape) == 4
+    """A 4-D input and a static output size: a symbolic size stays a plain ``resize2d`` for stock
+    legalization (no candidate takes one, and a declined composite, inlined back, hands its size
+    over as a variable, which ``LegalizeOps`` cannot read: YOLO with a dynamic image size)."""
+    ty, out = ann["x"].ty, ann["anchor"].ty
+    return (isinstance(ty, relax.TensorType) and ty.shape is not None and len(ty.shape) == 4
+            and isinstance(out, relax.TensorType) and out.shape is not None
+            and all(isinstance(d, tirx.IntImm) for d in out.shape.values))
 
 
 def _extract(comp: Composite):
