@@ -186,6 +186,25 @@ def test_negative_select_on_a_symbolic_length(cpu_target):
         assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=f"seq {length}")
 
 
+def _onnx_with_dynamic_image(net, example: tuple, path: str, axes=(0, 2, 3)):
+    """``net`` exported to ONNX at ``path`` with the named axes of its input dynamic, imported."""
+    names = {0: "n", 2: "h", 3: "w"}
+    torch.onnx.export(net, (torch.randn(*example),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {a: names[a] for a in axes}})
+    return ext.frontend.from_onnx(path)
+
+
+def _runs_like_torch(vm, net, shapes, rtol: float, atol: float, scaled: bool = False):
+    """One build run at every shape in ``shapes`` against ``net`` (``atol`` relative to the
+    output's range when ``scaled``)."""
+    for shape in shapes:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[2]))
+        with torch.no_grad():
+            want = net(x).numpy()
+        tol = atol * float(np.abs(want).max()) if scaled else atol
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=rtol, atol=tol, what=str(shape))
+
+
 class CeilPools(torch.nn.Module):
     """Ceil-mode pools on a symbolic image: SqueezeNet's max pool (3/2), GoogLeNet's (3/1 with
     padding 1), ResNet-D's average without padding counted (2/2): exact as floor-mode pools
@@ -213,17 +232,9 @@ def test_ceil_mode_pools_on_a_symbolic_image(cpu_target, tmp_path):
     size under a ceil-mode pool: its guards specialize it)."""
     torch.manual_seed(0)
     net = CeilPools().eval()
-    path = str(tmp_path / "pools.onnx")
-    torch.onnx.export(net, (torch.randn(1, 3, 21, 20),), path, input_names=["x"], opset_version=17, dynamo=False,
-                      dynamic_axes={"x": {2: "h", 3: "w"}})
-    mod = ext.frontend.from_onnx(path)
+    mod = _onnx_with_dynamic_image(net, (1, 3, 21, 20), str(tmp_path / "pools.onnx"), axes=(2, 3))
     vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
-    for size in ((21, 20), (9, 9), (32, 17), (50, 63)):
-        x = torch.randn(1, 3, *size, generator=torch.Generator().manual_seed(size[0]))
-        with torch.no_grad():
-            want = net(x).numpy()
-        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5,
-                     atol=1e-5 * float(np.abs(want).max()), what=str(size))
+    _runs_like_torch(vm, net, [(1, 3, 21, 20), (1, 3, 9, 9), (1, 3, 32, 17), (1, 3, 50, 63)], 1e-5, 1e-5, scaled=True)
 
 
 class ChannelShuffle(torch.nn.Module):
@@ -246,17 +257,10 @@ def test_onnx_shape_gather_keeps_symbolic_shapes(cpu_target, tmp_path):
     channel split's sizes were a run-time tensor and the import stopped at the reshape."""
     torch.manual_seed(0)
     net = ChannelShuffle().eval()
-    path = str(tmp_path / "shuffle.onnx")
-    torch.onnx.export(net, (torch.randn(1, 8, 5, 6),), path, input_names=["x"], opset_version=17, dynamo=False,
-                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
-    mod = ext.frontend.from_onnx(path)
+    mod = _onnx_with_dynamic_image(net, (1, 8, 5, 6), str(tmp_path / "shuffle.onnx"))
     assert [str(d) for d in mod["main"].ret_ty.shape] == ["n", "T.int64(8)", "h", "w"]
     vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
-    for shape in ((1, 8, 5, 6), (3, 8, 2, 9)):
-        x = torch.randn(*shape)
-        with torch.no_grad():
-            want = net(x).numpy()
-        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-6, what=str(shape))
+    _runs_like_torch(vm, net, [(1, 8, 5, 6), (3, 8, 2, 9)], 1e-5, 1e-6)
 
 
 class TinyFPN(torch.nn.Module):
@@ -285,16 +289,9 @@ def test_onnx_feature_pyramid_on_a_symbolic_image(cpu_target, tmp_path):
     with the VM's shape error (PyTorch stops there too)."""
     torch.manual_seed(0)
     net = TinyFPN().eval()
-    path = str(tmp_path / "fpn.onnx")
-    torch.onnx.export(net, (torch.randn(1, 3, 16, 12),), path, input_names=["x"], opset_version=17, dynamo=False,
-                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
-    mod = ext.frontend.from_onnx(path)
+    mod = _onnx_with_dynamic_image(net, (1, 3, 16, 12), str(tmp_path / "fpn.onnx"))
     assert [str(d) for d in mod["main"].ret_ty.shape] == ["n", "T.int64(2)", "h", "w"]
     vm = relax.VirtualMachine(ext.build(mod, cpu_target, cache=False, verbose=False), tvm.cpu())
-    for shape in ((1, 3, 16, 12), (2, 3, 8, 20), (1, 3, 4, 28)):
-        x = torch.randn(*shape)
-        with torch.no_grad():
-            want = net(x).numpy()
-        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-5, atol=1e-5, what=str(shape))
+    _runs_like_torch(vm, net, [(1, 3, 16, 12), (2, 3, 8, 20), (1, 3, 4, 28)], 1e-5, 1e-5)
     with pytest.raises(Exception, match="match_cast"):
         vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 10, 12), "float32")))
