@@ -7,7 +7,9 @@ Rows (``--models``):
   1..64), run at each ``--batches`` size, against the same model imported at that batch;
 * ``bert``: transformers' ``BertModel(BertConfig())`` (12 layers, 768 wide, random weights;
   output ``last_hidden_state``) imported with a symbolic sequence (2..512), run at each
-  ``--seqs`` length, against the static import at that length.
+  ``--seqs`` length, against the static import at that length;
+* ``resnet50_hw``: the built-in ResNet-50 with a symbolic image height and width (33..1024),
+  run at each ``--sizes`` side (square images, batch 1), against the static import at that size.
 
 Per row ext's symbolic and static executables run interleaved (median of ``--rounds``,
 ratio per round: symbolic / static), after checking that their outputs agree (max relative
@@ -16,6 +18,7 @@ decisions went to a ``*_dyn`` candidate and which shape buckets it dispatches.
 
     python scripts/bench_dynamic.py --rounds 5
     python scripts/bench_dynamic.py --models bert --seqs 32 128 384 --json dyn.json
+    python scripts/bench_dynamic.py --models resnet50_hw --sizes 224 320
     python scripts/bench_dynamic.py --quick     # small widths: the whole path quickly
 """
 from __future__ import annotations
@@ -75,9 +78,10 @@ def _row(label, dyn_vm, static_vm, x, rounds) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.common_args(ap, rounds=5, threads=True, quick="small widths, two rounds: the whole path quickly")
-    ap.add_argument("--models", nargs="*", default=["resnet50", "bert"], choices=["resnet50", "bert"])
+    ap.add_argument("--models", nargs="*", default=["resnet50", "bert"], choices=["resnet50", "bert", "resnet50_hw"])
     ap.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--seqs", nargs="*", type=int, default=[32, 128, 384])
+    ap.add_argument("--sizes", nargs="*", type=int, default=[224, 320], help="image sides for resnet50_hw")
     args = ap.parse_args(argv)
     threads = cli.apply_threads(args, torch=True)
     import torch
@@ -106,6 +110,16 @@ def main(argv=None):
             xb = torch.randn(b, *x.shape[1:], generator=torch.Generator().manual_seed(b))
             static_vm, _ = _runner(from_torch(net, (xb,)))
             show("ResNet-50", _row(f"batch {b}", dyn_vm, static_vm, xb.numpy(), rounds))
+    if "resnet50_hw" in args.models:
+        net, (x,) = torch_model("resnet50", small=args.quick)
+        # at least 33: a 1x1 final map would be a case torch.export specializes apart
+        h, w = torch.export.Dim("h", min=33, max=1024), torch.export.Dim("w", min=33, max=1024)
+        dyn_vm, report = _runner(from_torch(net, (x,), dynamic_shapes={"x": {2: h, 3: w}}))
+        print(f"resnet50 symbolic image size: {_dyn_summary(report)}", flush=True)
+        for side in args.sizes:
+            xs = torch.randn(1, x.shape[1], side, side, generator=torch.Generator().manual_seed(side))
+            static_vm, _ = _runner(from_torch(net, (xs,)))
+            show("ResNet-50", _row(f"{side}x{side}", dyn_vm, static_vm, xs.numpy(), rounds))
     if "bert" in args.models:
         net, vocab = _bert(args.quick)
         s = torch.export.Dim("s", min=2, max=512)

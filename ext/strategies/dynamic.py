@@ -19,7 +19,7 @@ no bounds check in the hot loop) and threads over it.
   (their computes take a symbolic row count) over a parallel symbolic row loop.
 * ``conv2d.direct_nchwc_dyn``: ``conv2d.direct_nchwc`` with a symbolic batch (the images
   one more axis of its parallel loop) or image size (rows of the parallel loop, the width
-  padded to whole register tiles; tiles chosen as for a 28x28 map).
+  padded to whole register tiles; tiles chosen for the map a 224x224 input would give).
 * ``reduce.inner_dyn`` / ``reduce.outer_dyn``: ``reduce.inner`` / ``reduce.outer``
   with the rows ``O`` of the canonical ``(O, R, I)`` symbolic (a batch before the
   reduced axes: a CNN's global average pool).
@@ -33,10 +33,11 @@ The others also take static workloads (``test_candidates`` checks them there) bu
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tvm import te
 
-from ..relax_passes.symbolic import SymbolTable, out_shape
+from ..relax_passes.symbolic import SymbolTable, out_shape, parse_dim
 from ..target import cpu_info
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import dynamic as sched
@@ -267,16 +268,30 @@ register(Candidate("layer_norm.fused_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_chec
 # where the height or width is symbolic (they pick tiles from the output width; the kernel pads
 # the width to whole register tiles by an expression, so any size runs).
 
-#: the image side the static heuristics see for a symbolic one (a mid-network feature map)
-REPRESENTATIVE_SIDE = 28
+#: the input side the static heuristics assume for a symbolic image height or width (ImageNet's);
+#: each layer's map follows from its size expression, so a ResNet's last 7x7 maps get 7-wide
+#: register tiles (one 28-wide guess for every layer padded those to 14 columns: ResNet-50's
+#: symbolic build ran at 2x the static build's time)
+REPRESENTATIVE_SIDE = 224
+
+
+def _side(d) -> int:
+    """A static extent, or a symbolic one evaluated with every symbol at ``REPRESENTATIVE_SIDE``."""
+    if isinstance(d, int):
+        return d
+    names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", d)) - {"T"}
+    try:
+        return max(1, int(parse_dim(d, {n: REPRESENTATIVE_SIDE for n in names})))
+    except (ValueError, TypeError, AttributeError):
+        return REPRESENTATIVE_SIDE // 8  # an expression it cannot evaluate: a mid-network map
 
 
 def _at_size(wl: Workload) -> Workload:
-    """``wl`` with the data's symbolic height and width (NCHW) at ``REPRESENTATIVE_SIDE``."""
+    """``wl`` with the data's symbolic height and width (NCHW) at representative sizes."""
     x = wl.shapes[0]
     if len(x) != 4 or all(isinstance(d, int) for d in x[2:]):
         return wl
-    data = tuple(x[:2]) + tuple(d if isinstance(d, int) else REPRESENTATIVE_SIDE for d in x[2:])
+    data = tuple(x[:2]) + tuple(_side(d) for d in x[2:])
     return dataclasses.replace(wl, shapes=(data,) + tuple(wl.shapes[1:]))
 
 
