@@ -12,7 +12,8 @@ lowering keeps it). Anything else goes to the stock converter.
 ``Resize`` by a ``scales`` input the output size does not state maps pixels back with that scale
 (``Resize`` below; an empty ``scales`` beside ``sizes`` counts as none, where the stock
 converter stopped on an assertion); ``Celu``, ``DFT``, ``LpNormalization`` and the recurrent
-layers are added.
+layers are added (``onnx_rnn``); ``Gather``, ``Concat`` and ``Cast`` of shapes keep symbolic
+extents known (``onnx_shapes``).
 
 ``with converters(): ...`` installs them around one import (the importer looks its table up
 per node through the module function ``_get_convert_map``).
@@ -29,6 +30,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from .onnx_rnn import CONVERTERS as RECURRENT
+from .onnx_shapes import CONVERTERS as SHAPES, integral_scales, resize_to_symbolic_size
 from .torch_fft import contract_along, dft_matrices
 from .torch_layout_ops import window_argmax
 from .torch_resize import resample, taps
@@ -237,71 +239,6 @@ class MaxPool(stock.MaxPool):
         return relax.Tuple([values, bb.emit(relax.op.add(index, relax.const(planes)))])
 
 
-class Gather(stock.Gather):
-    """``Gather`` from a ``Shape`` by a constant 1-D index (``x.chunk(2, 1)`` exports
-    ``Gather(Shape(x), [1])``) stays a shape: the numbers, or a ``ShapeExpr`` of the symbolic
-    extents. The stock converter made it a run-time tensor, and every shape after it unknown: a
-    ShuffleNet exported with a dynamic height and width lost its shapes at the first channel split
-    and stopped at a reshape. A ``Shape`` known only at run time (a ``shape_of`` call), which
-    the stock converter took for a tensor, is read as an int64 tensor."""
-
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        data, index = inputs[0], stock.get_constant(inputs[1], params)
-        if isinstance(data, relax.ShapeExpr) and isinstance(index, tvm.ir.GenericConst) and index.value.numpy().ndim == 1:
-            values = [data.values[int(i)] for i in index.value.numpy()]  # ONNX counts negative indices from the end
-            if all(isinstance(v, tvm.tirx.IntImm) for v in values):
-                return relax.const(np.array([int(v) for v in values], "int64"), "int64")
-            return relax.ShapeExpr(values)
-        if isinstance(data.ty, relax.ShapeType) and not isinstance(data, relax.ShapeExpr):
-            inputs = [bb.normalize(relax.op.shape_to_tensor(data)), *inputs[1:]]
-        return super()._impl_v13(bb, inputs, attr, params)
-
-
-class Concat(stock.Concat):
-    """Tensors whose other extents are symbolic and not provably equal (an upsampled map
-    ``2 * ((h - 1) // 32 + 1)`` beside a lateral ``(h - 1) // 16 + 1``: equal for the sizes the
-    model takes, a multiple of 32) are matched to the first one's extents with a run-time check
-    (``match_cast``): the concat keeps a shape, and a size where they differ stops with the VM's
-    shape error, as PyTorch stops. The stock converter left the result's shape unknown and the
-    next ``Resize`` or ``Conv`` failed to import (YOLO with a dynamic height and width)."""
-
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        tensors = [bb.normalize(x) if isinstance(x, relax.Expr) else x for x in inputs]
-        shapes = [getattr(getattr(x, "ty", None), "shape", None) for x in tensors]
-        if len(tensors) < 2 or not all(isinstance(x.ty, relax.TensorType) and isinstance(s, relax.ShapeExpr)
-                                       for x, s in zip(tensors, shapes)):
-            return super()._impl_v13(bb, inputs, attr, params)
-        rank = len(shapes[0].values)
-        if any(len(s.values) != rank for s in shapes):
-            return super()._impl_v13(bb, inputs, attr, params)
-        axis = attr.get("axis", 0) % rank
-        analyzer = tvm.sym.Analyzer()
-        first = shapes[0].values
-        matched = [tensors[0]]
-        for x, s in zip(tensors[1:], shapes[1:]):
-            want = [s.values[i] if i == axis else first[i] for i in range(rank)]
-            if all(analyzer.can_prove_equal(a, b) for a, b in zip(want, s.values)):
-                matched.append(x)
-            else:
-                matched.append(bb.match_cast(x, relax.TensorType(want, x.ty.dtype)))
-        return relax.op.concat(matched, axis=axis)
-
-
-class Cast(stock.Cast):
-    """A shape cast to int64 (its own type: sizes read for a ``Resize`` to another map's size)
-    stays a shape; the stock converter made a symbolic one a run-time tensor, which the
-    ``Concat`` of the output size then refused beside a shape (DeepLabV3's pooling branch
-    with a dynamic image size)."""
-
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        if isinstance(inputs[0], relax.ShapeExpr) and stock.get_type(attr["to"]) == "int64":
-            return inputs[0]
-        return super()._impl_v13(bb, inputs, attr, params)
-
-
 class LpNormalization(stock.OnnxOpConverter):
     """``x / ||x||_p`` along ``axis`` (p 1 or 2), which the stock table lacks."""
 
@@ -327,43 +264,14 @@ class Resize(stock.Resize):
         inputs = list(inputs)
         if len(inputs) > 3 and _empty_constant(inputs[2], params):
             inputs[2] = None  # an empty `scales` beside `sizes` (opset 11-12 required the input): none
-        inputs = cls._integral_scales(inputs, params)
+        inputs = integral_scales(inputs, params)
         out = cls._by_scale(bb, inputs, attr, params)
         if out is not None:
             return out
         sizes = inputs[3] if len(inputs) > 3 else None
         if isinstance(sizes, relax.ShapeExpr) and not all(isinstance(d, tvm.tirx.IntImm) for d in sizes.values):
-            return cls._symbolic_sizes(bb, inputs, attr, params, sizes)
+            return resize_to_symbolic_size(super()._impl_v18, bb, inputs, attr, params, sizes)
         return super()._impl_v18(bb, inputs, attr, params)
-
-    @classmethod
-    def _symbolic_sizes(cls, bb, inputs, attr, params, sizes: relax.ShapeExpr):
-        """``sizes`` read from another tensor's symbolic shape (a resize to the input's size): the
-        stock converter maps the attributes with placeholder sizes, then the call takes the
-        symbolic ones (the stock converter read each size as a number and failed)."""
-        rank = len(sizes.values)
-        placeholder = relax.const(np.ones(rank, "int64"))
-        out = super()._impl_v18(bb, inputs[:3] + [placeholder] + inputs[4:], attr, params)
-        if not (isinstance(out, relax.Call) and out.op.name in ("relax.image.resize2d", "relax.image.resize3d")):
-            raise NotImplementedError(f"Resize to a symbolic size {list(sizes.values)} on a {rank}-D input with "
-                                      "these attributes (a run-time ROI or a 1-D resize)")
-        return relax.Call(out.op, [out.args[0], relax.ShapeExpr(list(sizes.values)[2:])], out.attrs)
-
-    @staticmethod
-    def _integral_scales(inputs: list, params) -> list:
-        """Whole-number ``scales`` on a symbolic image as int64: the stock converter then sizes
-        the output ``2 * h``, not ``int64(2.0 * float32(h))``, which no later shape check can
-        compare (YOLO's concat of an upsampled map with a lateral one lost every shape)."""
-        x = inputs[0]
-        shape = getattr(x.ty, "shape", None) if isinstance(getattr(x, "ty", None), relax.TensorType) else None
-        scales = stock.get_constant(inputs[2], params) if len(inputs) > 2 and inputs[2] is not None else None
-        if shape is None or not isinstance(scales, tvm.ir.GenericConst) or all(
-                isinstance(d, tvm.tirx.IntImm) for d in shape):
-            return inputs
-        values = scales.value.numpy()
-        if values.size != len(shape) or not np.all((values == np.round(values)) & (values >= 1)):
-            return inputs
-        return inputs[:2] + [relax.const(values.astype("int64"))] + inputs[3:]
 
     @classmethod
     def _by_scale(cls, bb, inputs, attr, params):
@@ -409,8 +317,7 @@ def _nearest(n_in: int, n_out: int, scale: float, coord: str, rounding: bytes):
 
 OVERRIDES = {"Clip": Clip, "Pad": Pad, "Einsum": Einsum, "Celu": Celu, "DFT": DFT, "ReduceLogSumExp": ReduceLogSumExp,
              "Resize": Resize, "LpNormalization": LpNormalization, "ConvTranspose": ConvTranspose,
-             "MaxPool": MaxPool, "Gather": Gather, "Concat": Concat, "Cast": Cast,
-             **RECURRENT}
+             "MaxPool": MaxPool, **SHAPES, **RECURRENT}
 
 
 @contextlib.contextmanager
