@@ -9,7 +9,10 @@ Rows (``--models``):
   output ``last_hidden_state``) imported with a symbolic sequence (2..512), run at each
   ``--seqs`` length, against the static import at that length;
 * ``resnet50_hw``: the built-in ResNet-50 with a symbolic image height and width (33..1024),
-  run at each ``--sizes`` side (square images, batch 1), against the static import at that size.
+  run at each ``--sizes`` side (square images, batch 1), against the static import at that size;
+* ``--hw-zoo NAME ...``: zoo CNNs (``scripts/zoo.py`` names) exported to ONNX with a dynamic
+  height and width (``dynamic_axes``; ``torch.export`` specializes many of them) and imported
+  with ``from_onnx``, run at each ``--sizes`` side against the static ONNX import at that size.
 
 Per row ext's symbolic and static executables run interleaved (median of ``--rounds``,
 ratio per round: symbolic / static), after checking that their outputs agree (max relative
@@ -19,6 +22,7 @@ decisions went to a ``*_dyn`` candidate and which shape buckets it dispatches.
     python scripts/bench_dynamic.py --rounds 5
     python scripts/bench_dynamic.py --models bert --seqs 32 128 384 --json dyn.json
     python scripts/bench_dynamic.py --models resnet50_hw --sizes 224 320
+    python scripts/bench_dynamic.py --models --hw-zoo mobilenet_v2 efficientnet_b0 --sizes 224
     python scripts/bench_dynamic.py --quick     # small widths: the whole path quickly
 """
 from __future__ import annotations
@@ -59,6 +63,21 @@ def _runner(mod):
     return vm, report
 
 
+def _onnx_module(net, x, axes):
+    """``net`` exported to ONNX (opset 17; ``axes``: the input's dynamic axes) and imported."""
+    import io
+
+    import onnx
+    import torch
+
+    from ext.frontend import from_onnx
+
+    buf = io.BytesIO()
+    torch.onnx.export(net, (x,), buf, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": axes} if axes else None)
+    return from_onnx(onnx.load_from_string(buf.getvalue()))
+
+
 def _dyn_summary(report) -> str:
     names = [d.name for d in report.decisions]
     dyn = sorted({n for n in names if n.endswith("_dyn")})
@@ -81,7 +100,9 @@ def main(argv=None):
     ap.add_argument("--models", nargs="*", default=["resnet50", "bert"], choices=["resnet50", "bert", "resnet50_hw"])
     ap.add_argument("--batches", nargs="*", type=int, default=[1, 8])
     ap.add_argument("--seqs", nargs="*", type=int, default=[32, 128, 384])
-    ap.add_argument("--sizes", nargs="*", type=int, default=[224, 320], help="image sides for resnet50_hw")
+    ap.add_argument("--sizes", nargs="*", type=int, default=[224, 320], help="image sides for resnet50_hw, --hw-zoo")
+    ap.add_argument("--hw-zoo", nargs="*", default=[], metavar="NAME",
+                    help="zoo CNNs with a symbolic image size, through ONNX")
     args = ap.parse_args(argv)
     threads = cli.apply_threads(args, torch=True)
     import torch
@@ -120,6 +141,16 @@ def main(argv=None):
             xs = torch.randn(1, x.shape[1], side, side, generator=torch.Generator().manual_seed(side))
             static_vm, _ = _runner(from_torch(net, (xs,)))
             show("ResNet-50", _row(f"{side}x{side}", dyn_vm, static_vm, xs.numpy(), rounds))
+    for name in args.hw_zoo:
+        from ext.models.zoo import zoo_model
+
+        net, (x,) = zoo_model(name, quick=args.quick)
+        dyn_vm, report = _runner(_onnx_module(net, x, {0: "n", 2: "h", 3: "w"}))
+        print(f"{name} symbolic image size: {_dyn_summary(report)}", flush=True)
+        for side in args.sizes:
+            xs = torch.randn(1, x.shape[1], side, side, generator=torch.Generator().manual_seed(side))
+            static_vm, _ = _runner(_onnx_module(net, xs, None))
+            show(name, _row(f"{side}x{side}", dyn_vm, static_vm, xs.numpy(), rounds))
     if "bert" in args.models:
         net, vocab = _bert(args.quick)
         s = torch.export.Dim("s", min=2, max=512)

@@ -246,6 +246,7 @@ def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
 
 @pytest.mark.parametrize("C,O,k,stride,groups,epilogue", [
     (16, 24, 1, 2, 1, ("bias",)),              # a 1x1 stride-2 shortcut: the pack subsamples
+    (32, 17, 1, 1, 1, ("bias", "relu")),       # 1x1 stride 1: read in place, padded columns clamped
     (8, 8, 3, 1, 1, ("bias", "residual")),     # 3x3 with the residual read in the unpack
     (12, 18, 3, 2, 3, ("bias", "relu")),       # grouped, strided
 ])
@@ -275,6 +276,82 @@ def test_conv2d_dyn_takes_symbolic_height_and_width(cpu_target, C, O, k, stride,
             ref = np.maximum(ref, 0)
         got = _run_candidate("conv2d.direct_nchwc_dyn", wl, cpu_target, inputs, ref.shape)
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n} h={h} w={wd}")
+
+
+#: (n, h, w) a symbolic-size sliding-window kernel runs at: odd, prime, tiny and wider than a tile
+WINDOW_SIZES = [(1, 13, 29), (2, 7, 5), (1, 40, 17), (1, 3, 2)]
+
+
+@pytest.mark.parametrize("C,mult,k,stride,epilogue", [
+    (16, 1, 3, 1, ("bias", "clip:0:6")),       # MobileNet's depthwise + ReLU6
+    (8, 1, 5, 2, ("bias", "residual")),        # 5x5 stride 2, a residual read in the epilogue
+    (6, 2, 3, 2, ("bias",)),                   # channel multiplier 2
+])
+def test_depthwise_dyn_takes_symbolic_sizes(cpu_target, C, mult, k, stride, epilogue):
+    """``conv2d.depthwise_dyn``: one kernel for every batch and image size, against PyTorch
+    (float64), NaN pixels included."""
+    import torch
+    O, pad = C * mult, k // 2
+    out = ("n", O, f"(h + {2 * pad - k}) // {stride} + 1", f"(w + {2 * pad - k}) // {stride} + 1")
+    shapes = [("n", C, "h", "w"), (O, 1, k, k), (1, O, 1, 1)] + ([out] if "residual" in epilogue else [])
+    wl = _wl("conv2d", shapes, strides=(stride, stride), padding=(pad,) * 4, dilation=(1, 1), groups=C,
+             data_layout="NCHW", kernel_layout="OIHW", out_shape=out, w_const=True, epilogue=epilogue)
+    rng = np.random.default_rng(11)
+    w, b = _rand(rng, (O, 1, k, k)), _rand(rng, (1, O, 1, 1))
+    for n, h, wd in WINDOW_SIZES:
+        x = _rand(rng, (n, C, h, wd))
+        x[0, 0, h // 2, wd // 2] = np.nan
+        ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                         stride=stride, padding=pad, groups=C).numpy() + b
+        inputs = [x, w, b]
+        if "residual" in epilogue:
+            res = _rand(rng, ref.shape)
+            inputs.append(res)
+            ref = ref + res
+        elif "clip:0:6" in epilogue:
+            ref = np.where(np.isnan(ref), ref, np.clip(ref, 0, 6))
+        got = _run_candidate("conv2d.depthwise_dyn", wl, cpu_target, inputs, ref.shape)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)), f"NaN positions differ at n={n} h={h} w={wd}"
+        assert_close(np.nan_to_num(got), np.nan_to_num(ref), rtol=1e-4, atol=1e-4, what=f"n={n} h={h} w={wd}")
+
+
+@pytest.mark.parametrize("kind,k,stride,pad,count_include_pad", [
+    ("max", 3, 2, 1, False),                   # ResNet's stem pool
+    ("max", 2, 2, 0, False),
+    ("avg", 3, 1, 1, False),                   # padding not counted
+    ("avg", 3, 2, 1, True),                    # padding counted
+])
+def test_pool_dyn_takes_symbolic_sizes(cpu_target, kind, k, stride, pad, count_include_pad):
+    """``pool2d.rows_dyn``: one kernel for every batch and image size, against PyTorch; a NaN in
+    a max window gives NaN."""
+    import torch
+    C = 5
+    out = ("n", C, f"(h + {2 * pad - k}) // {stride} + 1", f"(w + {2 * pad - k}) // {stride} + 1")
+    wl = Workload("pool2d", [("n", C, "h", "w")], [F32], F32,
+                  attrs=dict(kind=kind, pool_size=(k, k), strides=(stride, stride), padding=(pad,) * 4,
+                             dilation=(1, 1), ceil_mode=False, count_include_pad=count_include_pad, layout="NCHW",
+                             out_shape=out))
+    rng = np.random.default_rng(12)
+    for n, h, wd in WINDOW_SIZES:
+        if h < k or wd < k:
+            continue
+        x = _rand(rng, (n, C, h, wd))
+        x[0, 1, h // 2, wd - 1] = np.nan
+        t = torch.tensor(x, dtype=torch.float64)
+        ref = (torch.nn.functional.max_pool2d(t, k, stride, pad) if kind == "max" else
+               torch.nn.functional.avg_pool2d(t, k, stride, pad, count_include_pad=count_include_pad)).numpy()
+        got = _run_candidate("pool2d.rows_dyn", wl, cpu_target, [x], ref.shape)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)), f"NaN positions differ at n={n} h={h} w={wd}"
+        assert_close(np.nan_to_num(got), np.nan_to_num(ref), rtol=1e-5, atol=1e-5, what=f"n={n} h={h} w={wd}")
+
+
+def test_pool_dyn_declines_symbolic_ceil_mode(cpu_target):
+    wl = Workload("pool2d", [(1, 4, "h", "w")], [F32], F32,
+                  attrs=dict(kind="max", pool_size=(3, 3), strides=(2, 2), padding=(0,) * 4, dilation=(1, 1),
+                             ceil_mode=True, count_include_pad=False, layout="NCHW",
+                             out_shape=(1, 4, "(h - 2) // 2 + 1", "(w - 2) // 2 + 1")))
+    verdict = REGISTRY.get("pool2d.rows_dyn").applies(wl, cpu_target)
+    assert not verdict and "ceil_mode" in verdict.reason
 
 
 # -- whole graphs: built once, run at several sizes ---------------------------------------------------
@@ -391,8 +468,8 @@ def test_symbolic_batch_conv_net_equals_static_builds(cpu_target):
 
 def test_onnx_cnn_with_symbolic_batch_and_image_size(cpu_target, tmp_path):
     """Batch, height and width dynamic in ONNX: every conv (3x3, a strided residual block with
-    its 1x1 stride-2 shortcut, depthwise, grouped) takes ``conv2d.direct_nchwc_dyn``, one
-    build for every size (odd, prime, a 2-pixel width) and the same numbers as PyTorch."""
+    its 1x1 stride-2 shortcut, grouped) takes ``conv2d.direct_nchwc_dyn``, the depthwise one
+    ``conv2d.depthwise_dyn``, one build for every size (odd, prime, a 2-pixel width) and the same numbers as PyTorch."""
     import torch
     from torch import nn
 
@@ -416,7 +493,8 @@ def test_onnx_cnn_with_symbolic_batch_and_image_size(cpu_target, tmp_path):
                       dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
     ex, report = _build(ext.frontend.from_onnx(path), cpu_target)
     convs = [d for d in report.decisions if d.workload.op == "conv2d"]
-    assert len(convs) == 6 and {d.candidate.name for d in convs} == {"conv2d.direct_nchwc_dyn"}, report
+    picks = sorted(d.candidate.name for d in convs)
+    assert picks == ["conv2d.depthwise_dyn"] + ["conv2d.direct_nchwc_dyn"] * 5, report
     assert not [r for r in report.stock if r.workload.op == "relax.nn.conv2d"], report
     vm = relax.VirtualMachine(ex, tvm.cpu())
     for shape in ((1, 3, 16, 16), (2, 3, 7, 11), (1, 3, 29, 2), (3, 3, 1, 5)):

@@ -39,7 +39,7 @@ import dataclasses
 from tvm import te, tirx
 
 from . import epilogue as ep
-from .dynamic import dim, is_static, round_up  # conv2d_nchwc's batch and image size may be symbolic
+from .dynamic import clamp, dim, is_static, round_up  # conv2d_nchwc's batch and image size may be symbolic
 from .matmul import _i64, ceil_to
 
 
@@ -159,13 +159,17 @@ def conv2d_nchwc(X: te.Tensor, Wp: te.Tensor, g: ConvGeom, *, icb: int, ocb: int
         return tirx.if_then_else(ok, val, _zero(X.dtype))
 
     same_w = is_static(OWp) and is_static(g.OW) and int(OWp) == int(g.OW)
-    direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and same_w and g.groups == 1
+    # a 1x1 stride-1 conv reads X in place: no pack. With a run-time width the register tiles'
+    # padded columns read the last column (their outputs are cropped): a pack there was a pass
+    # over the input per conv (ResNet-50's 1x1 layers 1.13-1.23x the static kernel's time)
+    direct = (fold and (ph, pw) == (1, 1) and not any(g.pad) and (same_w or not is_static(g.W)) and g.groups == 1
               and g.C % icb == 0 and in_block in (0, icb))
-    if direct:  # a 1x1 stride-1 conv reads X in place: no pack
+    if direct:
         P = None
 
         def at(idx):
             n, cb, h, w, ci = idx
+            w = w if same_w else clamp(w, g.W, OWp)
             return X[n, cb, h, w, ci] if in_block else X[n, cb * icb + ci, h, w]
     else:
         P = te.compute((dim(g.N), _i64(CB), dim(Hp), dim(Wpd), _i64(icb)), pack, name="P")
@@ -247,12 +251,12 @@ def phase_planes(X: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1,
 
     so that the tap ``(kh, kw)`` of output ``(oh, ow)`` is ``P[n, c, oh*sh + kh*dh, (kw*dw) % sw,
     ow + (kw*dw) // sw]``: contiguous along ``ow`` for any stride. Rows cover ``oh_pad`` / columns
-    ``ow_pad``-padded outputs. Returns ``(P, tap)`` with ``tap(n, c, oh, ow, kh, kw)``."""
+    ``ow_pad``-padded outputs; the batch, height and width may be symbolic. Returns ``(P, tap)`` with ``tap(n, c, oh, ow, kh, kw)``."""
     sh, sw = g.stride
     dh, dw = g.dilation
-    OWp, OHp = ceil_to(g.OW, ow_pad), ceil_to(g.OH, oh_pad)
+    OWp, OHp = round_up(g.OW, ow_pad), round_up(g.OH, oh_pad)
     Hp = (OHp - 1) * sh + (g.KH - 1) * dh + 1
-    Q = ceil_to(OWp + ((g.KW - 1) * dw) // sw, ow_pad)  # whole vectors for the pack too
+    Q = round_up(OWp + ((g.KW - 1) * dw) // sw, ow_pad)  # whole vectors for the pack too
     fill = _zero(X.dtype) if fill is None else fill
     top, left = g.pad[0], g.pad[1]
 
@@ -262,7 +266,7 @@ def phase_planes(X: te.Tensor, g: ConvGeom, *, ow_pad: int = 1, oh_pad: int = 1,
         val = X[n, c, clamp_index(h, g.H), clamp_index(w, g.W)]
         return tirx.if_then_else(inside, val, fill)
 
-    P = te.compute((_i64(g.N), _i64(g.C), _i64(Hp), _i64(sw), _i64(Q)), pack, name="P")
+    P = te.compute((dim(g.N), _i64(g.C), dim(Hp), _i64(sw), dim(Q)), pack, name="P")
 
     def tap(n, c, oh, ow, kh, kw):
         return P[n, c, oh * sh + kh * dh, (kw * dw) % sw, ow + (kw * dw) // sw]
@@ -287,17 +291,17 @@ def depthwise_nchw(X: te.Tensor, Wt: te.Tensor, g: ConvGeom, *, ow_pad: int = 1,
 
     over the column-phase planes of ``phase_planes`` (every tap a contiguous run of the row for
     any stride); ``C`` is computed over ``ow`` / ``oh`` padded to ``ow_pad`` / ``oh_pad`` so
-    register tiles divide it. Returns ``(P, C, D)``.
+    register tiles divide it (batch, height and width may be symbolic). Returns ``(P, C, D)``.
     """
     mult = g.O // g.C
     P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad)
     kh = te.reduce_axis((_i64(0), _i64(g.KH)), name="kh")
     kw = te.reduce_axis((_i64(0), _i64(g.KW)), name="kw")
-    shape = (_i64(g.N), _i64(g.O), _i64(ceil_to(g.OH, oh_pad)), _i64(ceil_to(g.OW, ow_pad)))
+    shape = (dim(g.N), _i64(g.O), dim(round_up(g.OH, oh_pad)), dim(round_up(g.OW, ow_pad)))
     C = te.compute(shape, lambda n, o, oh, ow: te.sum(
         tap(n, o // mult, oh, ow, kh, kw).astype(out_dtype) * Wt[o, _i64(0), kh, kw].astype(out_dtype),
         axis=[kh, kw]), name="C")
-    D = ep.fused_output(tuple(_i64(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
+    D = ep.fused_output(tuple(dim(d) for d in (g.N, g.O, g.OH, g.OW)), lambda n, o, oh, ow: C[n, o, oh, ow],
                         epilogue, extras, out_dtype)
     return P, C, D
 

@@ -18,7 +18,8 @@ from tvm import te, tirx
 from . import conv2d_blocked as cb
 from . import reduce
 from .conv2d import ConvGeom, clamp_index, phase_planes
-from .matmul import _i64, ceil_to
+from .dynamic import dim, round_up
+from .matmul import _i64
 
 
 def _fill(kind: str, dt: str):
@@ -51,8 +52,8 @@ def pool2d_nchw(X: te.Tensor, g: ConvGeom, *, kind: str, count_include_pad: bool
     ``P`` is the depthwise conv's column-phase padded input (``conv2d.phase_planes``): every tap
     reads a contiguous run of the output row, also for stride 2."""
     P, tap = phase_planes(X, g, ow_pad=ow_pad, oh_pad=oh_pad, fill=_fill(kind, X.dtype))
-    shape = tuple(_i64(d) for d in (g.N, g.C, ceil_to(g.OH, oh_pad), ceil_to(g.OW, ow_pad)))
-    out = tuple(_i64(d) for d in (g.N, g.C, g.OH, g.OW))
+    shape = tuple(dim(d) for d in (g.N, g.C, round_up(g.OH, oh_pad), round_up(g.OW, ow_pad)))
+    out = tuple(dim(d) for d in (g.N, g.C, g.OH, g.OW))
     return (P, *_pooled(tap, shape, out, g, kind, count_include_pad, X.dtype))
 
 
@@ -62,8 +63,8 @@ def window_count(g: ConvGeom, count_include_pad: bool, dt: str):
     def extent(o, s, k, size, pad_lo, pad_hi):
         start = o * s - _i64(pad_lo)
         if count_include_pad:
-            return te.min(start + _i64(k), _i64(size + pad_hi)) - start
-        return te.min(start + _i64(k), _i64(size)) - te.max(start, _i64(0))
+            return te.min(start + _i64(k), dim(size + pad_hi)) - start
+        return te.min(start + _i64(k), dim(size)) - te.max(start, _i64(0))
 
     sh, sw = g.stride
     return lambda oh, ow: te.max(extent(oh, sh, g.KH, g.H, g.pad[0], g.pad[2])

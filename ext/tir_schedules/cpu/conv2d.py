@@ -31,6 +31,7 @@ contiguous vectors), ``rows`` x ``reg_n`` register tiles, taps unrolled. NHWC di
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tvm import s_tir, tirx
 
@@ -79,7 +80,10 @@ def _try(fn, *args) -> bool:
 
 
 def _vectorize_split(sch, loop, lanes: int) -> None:
-    """Vectorize ``loop`` in ``lanes``-wide pieces when it divides, else leave it."""
+    """Vectorize ``loop`` in ``lanes``-wide pieces when it divides, else leave it (a run-time
+    extent too: LLVM's loop vectorizer takes such a loop, with a scalar tail)."""
+    if not isinstance(sch.get(loop).extent, tirx.IntImm):
+        return
     n = extent(sch, loop)
     if n == lanes:
         sch.vectorize(loop)
@@ -88,17 +92,26 @@ def _vectorize_split(sch, loop, lanes: int) -> None:
         sch.vectorize(inner)
 
 
-def parallel_outer(sch: s_tir.Schedule, loops: list):
-    """Fuse the spatial ``loops`` into one parallel loop and return it. A symbolic extent
-    (a run-time image height) goes first and the loops outside it stay serial around it:
-    TVM cannot invert a fused index with a symbolic extent inside it (the tile regions it
-    derived spanned images and the write-back ran past the output)."""
-    static = [lp for lp in loops if isinstance(sch.get(lp).extent, tirx.IntImm)]
-    symbolic = [lp for lp in loops if lp not in static]
+def parallel_outer(sch: s_tir.Schedule, loops: list, min_prefix: int = 8):
+    """Fuse the spatial ``loops`` into one parallel loop and return it.
+
+    TVM cannot invert a fused index with a symbolic extent (a run-time image height) inside it:
+    the tile regions it derived spanned images and the write-back ran past the output. So with
+    a symbolic loop, the static loops before the first one are the parallel loop when they give
+    ``min_prefix`` iterations or more (a channels-first conv keeps its order: each thread takes
+    whole output-channel blocks and reads their weights once; putting the rows outside re-read
+    a 3x3 512->512 layer's 9 MB of weights once per row, 1.35x the static kernel's time), the
+    rest serial inside it; otherwise the symbolic loops go first, the fused loop starts at the
+    last of them and the loops outside it stay serial."""
+    symbolic = [i for i, lp in enumerate(loops) if not isinstance(sch.get(lp).extent, tirx.IntImm)]
     if symbolic:
-        loops = symbolic + static
-        sch.reorder(*loops)
-        loops = loops[len(symbolic) - 1:]
+        prefix = loops[:symbolic[0]]
+        if prefix and math.prod(extent(sch, lp) for lp in prefix) >= min_prefix:
+            loops = prefix
+        else:
+            loops = [loops[i] for i in symbolic] + [lp for i, lp in enumerate(loops) if i not in symbolic]
+            sch.reorder(*loops)
+            loops = loops[len(symbolic) - 1:]
     row = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     sch.parallel(row)
     return row
@@ -167,18 +180,21 @@ def schedule_depthwise(sch: s_tir.Schedule, cfg: RowConfig, lanes: int, interior
     ``PLANE_BYTES`` is written per row block instead (the rows its taps read), so
     it is read back from L1 (96x112x112 stride 2: 0.28 -> 0.15 ms with the
     interior pieces). ``interior``: ``P``'s column range read from inside the
-    image (``topi_kernels.conv2d.phase_interior``), see :func:`schedule_phase_pack`."""
+    image (``topi_kernels.conv2d.phase_interior``), see :func:`schedule_phase_pack`. With a
+    symbolic batch, height or width (``*_dyn`` candidates) the planes are still the parallel
+    loop and the pad is written per row block."""
     c = sch.get_sblock("C")
     n, o, oh, ow, kh, kw = sch.get_loops(c)
     ohb, ohi = sch.split(oh, [None, cfg.rows])
     owo, owi = sch.split(ow, [None, cfg.reg_n])
-    plane = sch.fuse(n, o)
-    sch.parallel(plane)
+    plane = parallel_outer(sch, [n, o])
     sch.reorder(plane, ohb, owo, kh, kw, ohi, owi)
     p = sch.get_sblock("P")
-    _, _, hp, phases, q = (int(d) for d in sch.get(p).writes[0].source.shape)
-    # a plane's pad that outgrows L1 is written per row block (overlapping rows written twice)
-    sch.compute_at(p, ohb if hp * phases * q * 4 > PLANE_BYTES else plane)
+    _, _, hp, phases, q = sch.get(p).writes[0].source.shape
+    # a plane's pad that outgrows L1 (or may: a run-time image size) is written per row block
+    # (overlapping rows written twice)
+    whole = all(isinstance(d, tirx.IntImm) for d in (hp, q)) and int(hp) * int(phases) * int(q) * 4 <= PLANE_BYTES
+    sch.compute_at(p, plane if whole else ohb)
     schedule_phase_pack(sch, p, interior)
     cw = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(cw, owo)
@@ -291,6 +307,8 @@ def partition_interior(sch: s_tir.Schedule, loop, lo: int, hi: int) -> None:
     """Cut ``loop`` into ``[0, lo)``, ``[lo, hi)`` and the rest, so that the simplifier sees the
     interior's bounds (clamps and bounds tests inside it fold away); a loop too short for an
     interior stays one loop."""
+    if not all(isinstance(v, int) for v in (lo, hi)) or not isinstance(sch.get(loop).extent, tirx.IntImm):
+        return  # a run-time width: one loop, bounds tested throughout
     n = extent(sch, loop)
     cuts = [c for c in (lo, min(hi, n)) if 0 < c < n]
     if cuts and min(hi, n) > lo:
@@ -343,7 +361,10 @@ def schedule_conv1x1(sch: s_tir.Schedule, cfg: Conv1x1Config, lanes: int) -> Non
 
 
 def _vectorize_widest(sch, loop, lanes: int) -> None:
-    """Vectorize ``loop`` by the widest vector dividing its extent; leave it when none does."""
+    """Vectorize ``loop`` by the widest vector dividing its extent; leave it when none does (or
+    the extent is a run-time value)."""
+    if not isinstance(sch.get(loop).extent, tirx.IntImm):
+        return
     width = vector_width(extent(sch, loop), lanes)
     if width:
         _vectorize_split(sch, loop, width)
