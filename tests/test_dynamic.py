@@ -219,6 +219,47 @@ def test_reduce_dyn_matches_numpy(cpu_target, kind, R, I):
         assert_close(got, getattr(np, kind)(x.astype("float64"), axis=1), rtol=1e-5, atol=1e-5, what=f"o={o}")
 
 
+@pytest.mark.parametrize("kind", ["mean", "max", "min", "sum"])
+def test_reduce_cols_dyn_takes_a_symbolic_reduced_extent(cpu_target, kind):
+    """``reduce.cols_dyn``: rows and reduced length both run-time (a global pool over a run-time
+    image size), lengths under, at and past a vector with a tail; a NaN stays NaN."""
+    wl = _wl("reduce", [("o", "r", 1)], kind=kind, out_shape=("o", 1))
+    rng = np.random.default_rng(13)
+    for o, r in [(3, 1), (2, 15), (5, 16), (1, 49), (4, 227)]:
+        x = _rand(rng, (o, r, 1))
+        x[o - 1, r // 2, 0] = np.nan
+        got = _run_candidate("reduce.cols_dyn", wl, cpu_target, [x], (o, 1))
+        ref = getattr(np, kind)(x.astype("float64"), axis=1)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)), f"NaN rows differ at o={o} r={r}"
+        assert_close(np.nan_to_num(got), np.nan_to_num(ref), rtol=1e-5, atol=1e-5, what=f"o={o} r={r}")
+
+
+def test_global_window_pool_on_a_symbolic_map(cpu_target, tmp_path):
+    """EfficientNet's head, ``AvgPool2d(k, ceil_mode=True)`` with ``k`` past the map, on a
+    run-time image size: the spatial mean (``reduce.cols_dyn``), the classifier a static-K GEMM;
+    a map wider than the window stops with the shape check instead of a wrong answer."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.AvgPool2d(128, ceil_mode=True), nn.Flatten(),
+                        nn.Linear(8, 5)).eval()
+    path = str(tmp_path / "head.onnx")
+    torch.onnx.export(net, (torch.randn(1, 3, 16, 16),), path, input_names=["x"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    ex, report = _build(ext.frontend.from_onnx(path), cpu_target)
+    assert {"reduce.cols_dyn", "matmul.packed_dyn"} <= set(_chosen(report).values()), report
+    assert not [r for r in report.stock if r.workload.op in ("relax.nn.avg_pool2d", "relax.matmul")], report
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for shape in ((1, 3, 16, 16), (2, 3, 37, 100), (1, 3, 255, 256)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        assert_close(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), want, rtol=1e-4, atol=1e-5, what=str(shape))
+    with pytest.raises(Exception, match="match_cast"):  # 258 rows: a 129-row map, two windows in PyTorch
+        vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 258, 20), "float32")))
+
+
 @pytest.mark.parametrize("C,O,stride,epilogue", [(3, 17, 1, ("bias", "relu")), (16, 32, 2, ("bias", "residual"))])
 def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
     import torch

@@ -275,15 +275,22 @@ register(Candidate("layer_norm.fused_dyn", ("llvm",), PLEVEL.BLOCKED, _rows_chec
 REPRESENTATIVE_SIDE = 224
 
 
-def _side(d) -> int:
-    """A static extent, or a symbolic one evaluated with every symbol at ``REPRESENTATIVE_SIDE``."""
+def representative(d) -> int | None:
+    """A static extent, or a symbolic one (a workload string) evaluated with every symbol at
+    ``REPRESENTATIVE_SIDE``; None where the expression cannot be evaluated."""
     if isinstance(d, int):
         return d
     names = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", d)) - {"T"}
     try:
         return max(1, int(parse_dim(d, {n: REPRESENTATIVE_SIDE for n in names})))
     except (ValueError, TypeError, AttributeError):
-        return REPRESENTATIVE_SIDE // 8  # an expression it cannot evaluate: a mid-network map
+        return None
+
+
+def _side(d) -> int:
+    """``representative(d)``, a mid-network map's side where it cannot be evaluated."""
+    side = representative(d)
+    return REPRESENTATIVE_SIDE // 8 if side is None else side
 
 
 def _at_size(wl: Workload) -> Workload:
@@ -335,6 +342,20 @@ def _reduce_inner_check(wl, target):
     return _reduce_check(wl, target) or (None if wl.shapes[0][2] == 1 else "kept inner axis: reduce.outer_dyn")
 
 
+def _reduce_cols_suits(wl, target):
+    if isinstance(wl.shapes[0][1], int):
+        return "static reduced extent: reduce.inner_dyn pads it to whole vectors"
+    return None
+
+
+def _reduce_cols_build(wl, cfg, target):
+    X = te.placeholder(SymbolTable().shape(wl.shapes[0]), dtype=wl.dtypes[0], name="X")
+    Y = dyn.reduce_cols(X, wl.attr("kind"), cfg.lanes)
+    sch = create_schedule([X, Y])
+    sched.schedule_reduce_cols(sch, cfg)
+    return finish(sch, "reduce.cols_dyn")
+
+
 def _reduce_outer_check(wl, target):
     return _reduce_check(wl, target) or (None if wl.shapes[0][2] != 1 else "nothing kept inside: reduce.inner_dyn")
 
@@ -366,6 +387,10 @@ register(Candidate("reduce.inner_dyn", ("llvm",), PLEVEL.BLOCKED, _reduce_inner_
                    default=_reduce_inner_default, build=_reduce_build("reduce.inner_dyn", sched.schedule_reduce_inner,
                                                                       True),
                    suits=_static_suits, dynamic=("outer",)))
+register(Candidate("reduce.cols_dyn", ("llvm",), PLEVEL.BLOCKED, _reduce_inner_check, InnerConfig,
+                   space=lambda wl, t: [InnerConfig(r, _lanes(t)) for r in (1, 2, 4, 8, 16)],
+                   default=lambda wl, t: InnerConfig(1, _lanes(t)), build=_reduce_cols_build,
+                   suits=_reduce_cols_suits, dynamic=("outer", "reduced")))
 register(Candidate("reduce.outer_dyn", ("llvm",), PLEVEL.BLOCKED, _reduce_outer_check, OuterConfig,
                    space=lambda wl, t: [OuterConfig(c, _lanes(t)) for c in (1, 4, 16, 64)
                                         for c in [c * _lanes(t)] if c < -(-wl.shapes[0][2] // _lanes(t)) * _lanes(t)

@@ -181,6 +181,26 @@ def reduce_rows(X: te.Tensor, kind: str, *, pad_to: int = 1, out_dtype: str | No
     return red._finish(kind, R, acc, out_dtype or X.dtype, (O, _i64(I)))
 
 
+def reduce_cols(X: te.Tensor, kind: str, lanes: int, out_dtype: str | None = None) -> te.Tensor:
+    """``reduce_rows`` for ``X (O, R, 1)`` with ``R`` symbolic too (a global pool over a run-time
+    image size), split as ``softmax_cols`` splits a row: the whole vectors ``[0, R // lanes *
+    lanes)`` (block ``acc_v``, lane-wise partials once scheduled) and the scalar tail (``acc_t``),
+    combined in ``acc`` by the same reducer (NaN-keeping for max/min); blocks ``acc`` and ``out``."""
+    from . import reduce as red
+
+    if kind not in red.KINDS:
+        raise ValueError(f"unknown reduction {kind!r} (known: {red.KINDS})")
+    O, R = X.shape[0], X.shape[1]
+    full = tirx.floordiv(R, _i64(lanes)) * _i64(lanes)
+    kv = te.reduce_axis((_i64(0), full), name="kv")
+    kt = te.reduce_axis((_i64(0), R - full), name="kt")
+    V = te.compute((O,), lambda o: red._combine(kind, X[o, kv, 0], kv), name="acc_v")
+    T = te.compute((O,), lambda o: red._combine(kind, X[o, full + kt, 0], kt), name="acc_t")
+    j = te.reduce_axis((_i64(0), _i64(2)), name="j")
+    acc = te.compute((O, _i64(1)), lambda o, i: red._combine(kind, tirx.Select(j == 0, V[o], T[o]), j), name="acc")
+    return red._finish(kind, R, acc, out_dtype or X.dtype, (O, _i64(1)))
+
+
 def batch_dot(A: te.Tensor, B: te.Tensor, *, out_shape, lanes: int, epilogue=(), extras=(), out_dtype="float32"):
     """Batched ``D = epilogue(A @ B^T)`` with ``B[..., j, k]`` read in place along its contiguous
     K (static, a multiple of ``lanes``) and any other extent symbolic: a decode step's attention

@@ -130,8 +130,8 @@ def _combine(kind: str, value, axis):
 def _finish(kind: str, R: int, acc, out_dtype: str, shape, name="out"):
     def body(*idx):
         v = acc[idx]
-        if kind == "mean":
-            v = v * tirx.const(1.0 / R, acc.dtype)
+        if kind == "mean":  # a symbolic R (``dynamic.reduce_cols``) divides by its run-time value
+            v = v * tirx.const(1.0 / R, acc.dtype) if isinstance(R, int) else v / R.astype(acc.dtype)
         return v if out_dtype == acc.dtype else v.astype(out_dtype)
 
     return te.compute(shape, body, name=name)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from tvm import relax
+from tvm import relax, tirx
+from tvm.sym import Analyzer  # tvm.arith in older TVM
 
 from ...workload import Workload
 from . import Composite, Family, dtype, register_family, single_op_anchor, static_shape
@@ -67,13 +68,20 @@ def _extract(comp: Composite):
 
 def symbolic_outer(x, axes):
     """``(outer axes, R, I)`` for reducing ``axes`` of ``x`` whose symbolic axes all come before the
-    first reduced one (a batch): the canonical form with ``O`` their product; None otherwise."""
+    first reduced one (a batch): the canonical form with ``O`` their product. Reduced axes that
+    are symbolic themselves must be the trailing ones (a global pool over a run-time image size:
+    ``R`` their product, a PrimExpr, and ``I == 1``). None otherwise."""
     shape = static_shape(x)
     nd = len(shape)
     red = set(range(nd)) if axes is None else {int(a) % nd for a in axes}
     first = min(red) if red else nd
     if any(not isinstance(d, int) for d in shape[first:]):
-        return None
+        if red != set(range(first, nd)):
+            return None
+        R = tirx.IntImm("int64", 1)
+        for i in range(first, nd):
+            R = R * x.ty.shape[i]
+        return [x.ty.shape[i] for i in range(first)], Analyzer().simplify(R), 1
     dims = canonical((2,) * min(first, 1) + tuple(shape[first:]), [a - first + min(first, 1) for a in red])
     if dims is None:
         return None
@@ -82,15 +90,13 @@ def symbolic_outer(x, axes):
 
 def _extract_symbolic(comp: Composite, call, x):
     """The canonical ``(O, R, I)`` workload with ``O`` the symbolic product of the outer axes."""
-    from tvm import tirx
-    from tvm.sym import Analyzer  # tvm.arith in older TVM
-
     from ..symbolic import dim_text
 
     found = symbolic_outer(x, _axes(call))
     if found is None:
         return None
     outer, R, I = found
+    r_text = R if isinstance(R, int) else int(R) if isinstance(R, tirx.IntImm) else dim_text(R)
     O = tirx.IntImm("int64", 1)
     for d in outer:
         O = O * d
@@ -100,7 +106,7 @@ def _extract_symbolic(comp: Composite, call, x):
     axes = set(range(nd)) if _axes(call) is None else {a % nd for a in _axes(call)}
     keep = bool(call.attrs.keepdims)
     out_shape = [1 if i in axes else d for i, d in enumerate(x.ty.shape) if keep or i not in axes]
-    wl = Workload("reduce", [(o_text, R, I)], [dtype(x)], str(comp.func.body.body.ty.dtype),
+    wl = Workload("reduce", [(o_text, r_text, I)], [dtype(x)], str(comp.func.body.body.ty.dtype),
                   attrs={"kind": OPS[call.op.name], "out_shape": (o_text, I)})
     return wl, [relax.op.reshape(x, [O, R, I])], (lambda y: relax.op.reshape(y, out_shape))
 
@@ -108,4 +114,4 @@ def _extract_symbolic(comp: Composite, call, x):
 register_family(Family("reduce", [(name.split(".")[1], single_op_anchor(op)) for op, name in
                                   [(op, "x." + k) for op, k in OPS.items()]], _check, _extract, chains=False,
                        covers="shapes whose reduced axes form one contiguous group once size-1 axes "
-                              "are dropped, symbolic axes only before the reduced ones"))
+                              "are dropped, symbolic axes before the reduced ones or among trailing reduced ones"))

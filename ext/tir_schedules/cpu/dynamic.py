@@ -128,6 +128,16 @@ def schedule_reduce_inner(sch: s_tir.Schedule, cfg) -> None:
         vectorize_rf(sch, rf, reduced_length(sch))
 
 
+def schedule_reduce_cols(sch: s_tir.Schedule, cfg) -> None:
+    """``reduce_cols``: rows in parallel, the whole-vector part as lane-wise partials, the tail a
+    plain loop (its init out of its possibly empty loop)."""
+    rf = _rfactor_symbolic(sch, sch.get_sblock("acc_v"), cfg.lanes)
+    _row_loops(sch, cfg, ("acc", "acc_t", "acc_v"))
+    vectorize_rf(sch, rf)
+    tail = sch.get_sblock("acc_t")
+    sch.decompose_reduction(tail, sch.get_loops(tail)[-1])
+
+
 def schedule_reduce_outer(sch: s_tir.Schedule, cfg) -> None:
     """``reduce.schedule_outer`` (``I > 1``, no chunks) over a symbolic row count."""
     from .reduce import schedule_outer
