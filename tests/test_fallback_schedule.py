@@ -33,6 +33,29 @@ def test_small_or_odd_kernels_stay_correct():
     assert_close(b.numpy(), a + 1, rtol=0, atol=0)
 
 
+def test_symbolic_row_stays_its_own_loop():
+    """A run-time row length (a concat of two maps over a symbolic image size): the rows above it
+    are the parallel loop, the row a plain loop with affine indices (no // or % by a run-time
+    extent per element), and the copy is right at odd sizes."""
+    from tvm import tirx
+
+    n, w = tirx.Var("n", "int64"), tirx.Var("w", "int64")
+    A = te.placeholder((n, 3, 5, w), name="A")
+    B = te.placeholder((n, 2, 5, w), name="B")
+    C = te.compute((n, 5, 5, w), lambda i, c, h, x: tirx.if_then_else(c < 3, A[i, c, h, x], B[i, c - 3, h, x]),
+                   name="C")
+    func = fallback.schedule(te.create_prim_func([A, B, C]), lanes=16)
+    text = func.script()
+    assert "T.parallel" in text and "// w" not in text and "% w" not in text, text
+    ex = tvm.compile(func.with_attr("global_symbol", "f"), target=ext.target.cpu())
+    for size in (1, 17, 40):
+        a = np.random.rand(2, 3, 5, size).astype("float32")
+        b = np.random.rand(2, 2, 5, size).astype("float32")
+        c = tvm.runtime.empty((2, 5, 5, size), "float32")
+        ex["f"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), c)
+        assert_close(c.numpy(), np.concatenate([a, b], 1), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (5, 33), (64, 1000)])
 def test_model_without_candidates_matches_stock(cpu_target, shape):
     @I.ir_module

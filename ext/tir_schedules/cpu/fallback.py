@@ -105,6 +105,14 @@ def _spatial(sch, loops, doms, lanes) -> None:
         if work >= MIN_PARALLEL_WORK:
             sch.parallel(sch.fuse(*loops[:-1], io) if len(loops) > 1 else io)
         return
+    if not isinstance(inner_dom, int) and len(loops) > 1:
+        # a run-time row length (an image width): the row stays its own loop, its indices affine
+        # (LLVM vectorizes it with a run-time tail), the rows above it the parallel loop. Fused
+        # whole, every element paid a // and % by run-time extents: a ShuffleNet/SqueezeNet-style
+        # channel concat on a symbolic image size ran 3.2 ms where the static copy takes 0.1
+        if work >= MIN_PARALLEL_WORK:
+            sch.parallel(sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0])
+        return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     if isinstance(inner_dom, int) and isinstance(work, int) and work >= lanes and (
             inner_dom % lanes == 0 or len(loops) == 1):
