@@ -285,6 +285,24 @@ def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n}")
 
 
+def _conv_case(rng, x, w, b, stride, pad, groups, epilogue) -> tuple[list, np.ndarray]:
+    """The inputs of a conv kernel with ``epilogue`` (bias, then a residual drawn here, ReLU or
+    ReLU6) and PyTorch's float64 result; NaN stays NaN through the activations."""
+    import torch
+    ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                     stride=stride, padding=pad, groups=groups).numpy() + b
+    inputs = [x, w, b]
+    if "residual" in epilogue:
+        res = _rand(rng, ref.shape)
+        inputs.append(res)
+        ref = ref + res
+    elif "relu" in epilogue:
+        ref = np.where(np.isnan(ref), ref, np.maximum(ref, 0))
+    elif "clip:0:6" in epilogue:
+        ref = np.where(np.isnan(ref), ref, np.clip(ref, 0, 6))
+    return inputs, ref
+
+
 @pytest.mark.parametrize("C,O,k,stride,groups,epilogue", [
     (16, 24, 1, 2, 1, ("bias",)),              # a 1x1 stride-2 shortcut: the pack subsamples
     (32, 17, 1, 1, 1, ("bias", "relu")),       # 1x1 stride 1: read in place, padded columns clamped
@@ -294,7 +312,6 @@ def test_conv2d_dyn_matches_numpy(cpu_target, C, O, stride, epilogue):
 def test_conv2d_dyn_takes_symbolic_height_and_width(cpu_target, C, O, k, stride, groups, epilogue):
     """Batch, height and width symbolic: one kernel for every image size (odd and prime sides,
     widths that are no multiple of the register tile)."""
-    import torch
     pad = k // 2
     oh = f"(h + {2 * pad - k}) // {stride} + 1"
     ow = f"(w + {2 * pad - k}) // {stride} + 1"
@@ -306,15 +323,7 @@ def test_conv2d_dyn_takes_symbolic_height_and_width(cpu_target, C, O, k, stride,
     w, b = _rand(rng, (O, C // groups, k, k)), _rand(rng, (1, O, 1, 1))
     for n, h, wd in [(1, 13, 29), (2, 7, 5), (1, 32, 17), (3, 1, 2)]:
         x = _rand(rng, (n, C, h, wd))
-        ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
-                                         stride=stride, padding=pad, groups=groups).numpy() + b
-        inputs = [x, w, b]
-        if "residual" in epilogue:
-            res = _rand(rng, ref.shape)
-            inputs.append(res)
-            ref = ref + res
-        elif "relu" in epilogue:
-            ref = np.maximum(ref, 0)
+        inputs, ref = _conv_case(rng, x, w, b, stride, pad, groups, epilogue)
         got = _run_candidate("conv2d.direct_nchwc_dyn", wl, cpu_target, inputs, ref.shape)
         assert_close(got, ref, rtol=1e-4, atol=1e-4, what=f"n={n} h={h} w={wd}")
 
@@ -331,7 +340,6 @@ WINDOW_SIZES = [(1, 13, 29), (2, 7, 5), (1, 40, 17), (1, 3, 2)]
 def test_depthwise_dyn_takes_symbolic_sizes(cpu_target, C, mult, k, stride, epilogue):
     """``conv2d.depthwise_dyn``: one kernel for every batch and image size, against PyTorch
     (float64), NaN pixels included."""
-    import torch
     O, pad = C * mult, k // 2
     out = ("n", O, f"(h + {2 * pad - k}) // {stride} + 1", f"(w + {2 * pad - k}) // {stride} + 1")
     shapes = [("n", C, "h", "w"), (O, 1, k, k), (1, O, 1, 1)] + ([out] if "residual" in epilogue else [])
@@ -342,15 +350,7 @@ def test_depthwise_dyn_takes_symbolic_sizes(cpu_target, C, mult, k, stride, epil
     for n, h, wd in WINDOW_SIZES:
         x = _rand(rng, (n, C, h, wd))
         x[0, 0, h // 2, wd // 2] = np.nan
-        ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
-                                         stride=stride, padding=pad, groups=C).numpy() + b
-        inputs = [x, w, b]
-        if "residual" in epilogue:
-            res = _rand(rng, ref.shape)
-            inputs.append(res)
-            ref = ref + res
-        elif "clip:0:6" in epilogue:
-            ref = np.where(np.isnan(ref), ref, np.clip(ref, 0, 6))
+        inputs, ref = _conv_case(rng, x, w, b, stride, pad, C, epilogue)
         got = _run_candidate("conv2d.depthwise_dyn", wl, cpu_target, inputs, ref.shape)
         assert np.array_equal(np.isnan(got), np.isnan(ref)), f"NaN positions differ at n={n} h={h} w={wd}"
         assert_close(np.nan_to_num(got), np.nan_to_num(ref), rtol=1e-4, atol=1e-4, what=f"n={n} h={h} w={wd}")
