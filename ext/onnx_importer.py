@@ -92,25 +92,31 @@ class Pad(stock.Pad):
         return relax.op.nn.pad(x, width, "constant", float(value or 0.0))
 
 
+def _same_widths(n, k: int, s: int, d: int, mode: str) -> tuple:
+    """``(begin, end)`` padding of one axis for ONNX ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER``:
+    output ``ceil(n / s)``, the odd cell at the end (UPPER) or the beginning (LOWER); ints for a
+    static size, PrimExprs for a symbolic one."""
+    if isinstance(n, int):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+    else:
+        total = tvm.tirx.max((tvm.tirx.floordiv(n + s - 1, s) - 1) * s + (k - 1) * d + 1 - n, 0)
+    small = total // 2
+    begin = small if mode == "SAME_UPPER" else total - small
+    return begin, total - begin
+
+
 def same_pads(x, kernel, strides, dilations, mode: str) -> list | None:
-    """ONNX ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER`` as explicit ``pads`` (begins, then ends):
-    output ``ceil(in / stride)``, the odd cell at the end (UPPER) or the beginning (LOWER). Known
-    when every spatial extent is static or its stride is 1 (the total is ``dilation * (k - 1)``
-    at any size); None otherwise."""
-    spatial = list(x.ty.shape.values)[2:]
-    begins, ends = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+    """The ``pads`` (begins, then ends) of ``_same_widths``, known when every spatial extent is
+    static or its stride is 1 (the total ``dilation * (k - 1)`` at any size); None otherwise."""
+    pairs = []
+    for size, k, s, d in zip(list(x.ty.shape.values)[2:], kernel, strides, dilations):
         if isinstance(size, tvm.tirx.IntImm):
-            n = int(size)
-            total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
-        elif s == 1:
-            total = (k - 1) * d
+            pairs.append(_same_widths(int(size), k, s, d, mode))
+        elif s == 1:  # the total, dilation * (k - 1), is the same at every size (any size stands in)
+            pairs.append(_same_widths(1, k, 1, d, mode))
         else:
             return None
-        small = total // 2
-        begins.append(small if mode == "SAME_UPPER" else total - small)
-        ends.append(total - begins[-1])
-    return begins + ends
+    return [p[0] for p in pairs] + [p[1] for p in pairs]
 
 
 def _same_padded(bb, x, kernel, strides, dilations, mode: str):
@@ -120,12 +126,8 @@ def _same_padded(bb, x, kernel, strides, dilations, mode: str):
     symbolic widths)."""
     for axis, (k, s, d) in enumerate(zip(kernel, strides, dilations), start=2):
         shape = list(x.ty.shape.values)
-        n = shape[axis]
-        total = tvm.tirx.max((tvm.tirx.floordiv(n + s - 1, s) - 1) * s + (k - 1) * d + 1 - n, 0)
-        small = tvm.tirx.floordiv(total, 2)
-        lo = small if mode == "SAME_UPPER" else total - small
-        zeros = [relax.op.zeros(relax.ShapeExpr(shape[:axis] + [e] + shape[axis + 1:]), x.ty.dtype)
-                 for e in (lo, total - lo)]
+        widths = _same_widths(shape[axis], k, s, d, mode)
+        zeros = [relax.op.zeros(relax.ShapeExpr(shape[:axis] + [e] + shape[axis + 1:]), x.ty.dtype) for e in widths]
         x = bb.normalize(relax.op.concat([zeros[0], x, zeros[1]], axis=axis))
     return x
 
@@ -144,13 +146,12 @@ class Conv(stock.Conv):
         shape = getattr(getattr(inputs[0], "ty", None), "shape", None)
         if mode in ("SAME_UPPER", "SAME_LOWER") and isinstance(shape, relax.ShapeExpr):
             rank = len(shape.values) - 2
-            kernel = [int(k) for k in attr.get("kernel_shape", inputs[1].ty.shape.values[2:])]
-            pads = same_pads(inputs[0], kernel, list(attr.get("strides", [1] * rank)),
-                             list(attr.get("dilations", [1] * rank)), mode)
+            window = ([int(k) for k in attr.get("kernel_shape", inputs[1].ty.shape.values[2:])],
+                      list(attr.get("strides", [1] * rank)), list(attr.get("dilations", [1] * rank)))
+            pads = same_pads(inputs[0], *window, mode)
             attr = {key: v for key, v in attr.items() if key != "auto_pad"}
             if pads is None:  # a strided symbolic extent: its pads follow the size at run time
-                padded = _same_padded(bb, inputs[0], kernel, list(attr.get("strides", [1] * rank)),
-                                      list(attr.get("dilations", [1] * rank)), mode)
+                padded = _same_padded(bb, inputs[0], *window, mode)
                 inputs = [padded, inputs[1], inputs[2] if len(inputs) > 2 else None]  # the bias is optional
                 pads = [0] * (2 * rank)
             attr["pads"] = pads

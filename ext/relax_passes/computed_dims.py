@@ -26,8 +26,8 @@ map a 224x224 input gives, and checked at run time: the result is ``match_cast``
 ``ceil(H / k)``, which are 1 exactly while the window covers the map (a map wider than the
 window stops with the VM's shape error instead of a wrong answer), then to 1s; a matmul whose
 activation has a symbolic reduction extent and whose weight a static one (the classifier after
-a flatten) casts the activation to the weight's extent, which the matmul needs anyway. The stock pool lowering
-looped over the 1280x1280 window per output: 60 ms of EfficientNet-B0's 133.
+a flatten) casts the activation to the weight's extent, which the matmul needs anyway. The
+stock pool lowering looped over the 1280x1280 window per output: 60 ms of EfficientNet-B0's 133.
 
 Static shapes are left alone: their extents are numbers.
 """
@@ -37,6 +37,7 @@ from tvm import relax, tirx
 from tvm.ir.expr import Call, Expr
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .global_pool import REDUCE
 from .symbolic import dim_text
 
 _POOLS = {f"relax.nn.{kind}_pool{d}d": (kind, d) for kind in ("max", "avg") for d in (1, 2, 3)}
@@ -84,7 +85,7 @@ def _exact_floor(call: relax.Call):
 def _global_window(call: relax.Call):
     """A 2-D pool on a symbolic NCHW map whose one window covers the map at a 224x224 input, as
     the reduction over H and W with its extents checked at run time (see module doc); or None."""
-    kind, dims = _POOLS[call.op.name]
+    _, dims = _POOLS[call.op.name]
     a, x = call.attrs, call.args[0]
     shape = getattr(x.ty, "shape", None)
     if dims != 2 or str(a.layout) != "NCHW" or str(a.out_layout) != "NCHW" or shape is None or len(shape) != 4:
@@ -100,9 +101,9 @@ def _global_window(call: relax.Call):
     sides = [representative(dim_text(d)) for d in (H, W)]
     if None in sides or sides[0] > kh or sides[1] > kw:
         return None
-    reduce = relax.op.mean if kind == "avg" else relax.op.max
     one = [(H + kh - 1) // kh, (W + kw - 1) // kw]  # 1 while the window covers the map
-    return reduce(x, axis=[2, 3], keepdims=True), relax.TensorType([shape[0], shape[1], *one], x.ty.dtype)
+    reduce = REDUCE[call.op.name](x, axis=[2, 3], keepdims=True)
+    return reduce, relax.TensorType([shape[0], shape[1], *one], x.ty.dtype)
 
 
 @mutator
@@ -116,8 +117,10 @@ class _Dims(PyExprMutator):
         pool = getattr(call.op, "name", None) in _POOLS
         whole = _global_window(call) if pool else None
         if whole is not None:  # the check, then the extents as the 1s they are (a GEMV after it)
-            checked = self.builder_.match_cast(self.builder_.emit(whole[0]), whole[1])
-            return self.builder_.match_cast(checked, relax.TensorType([whole[1].shape[0], whole[1].shape[1], 1, 1], whole[1].dtype))
+            reduce, checked_ty = whole
+            checked = self.builder_.match_cast(self.builder_.emit(reduce), checked_ty)
+            n, c = checked_ty.shape.values[:2]
+            return self.builder_.match_cast(checked, relax.TensorType([n, c, 1, 1], checked_ty.dtype))
         if getattr(call.op, "name", None) == "relax.matmul":
             call = self._static_reduction(call)
         floor = _exact_floor(call) if pool else None
@@ -128,7 +131,6 @@ class _Dims(PyExprMutator):
         dims = [self.fresh.setdefault(str(d), tirx.Var(f"dim{len(self.fresh)}", str(d.ty))) if _has_call(d) else d
                 for d in ty.shape]
         return self.builder_.match_cast(self.builder_.emit(call), relax.TensorType(dims, ty.dtype))
-
 
     def _static_reduction(self, call: relax.Call) -> relax.Call:
         """``matmul(a, w)`` whose ``a`` has a symbolic reduction extent and ``w`` a static one

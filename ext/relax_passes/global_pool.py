@@ -21,7 +21,7 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from .mutate import static_dims
 
 #: pool op -> the reduction over its window
-_REDUCE = {"relax.nn.avg_pool2d": relax.op.mean, "relax.nn.max_pool2d": relax.op.max}
+REDUCE = {"relax.nn.avg_pool2d": relax.op.mean, "relax.nn.max_pool2d": relax.op.max}
 #: data layout -> (H axis, W axis)
 _SPATIAL = {"NCHW": (2, 3), "NHWC": (1, 2)}
 
@@ -51,7 +51,7 @@ def _rewrite(orig: relax.Expr, call: relax.Call) -> relax.Expr:
     axes = global_window_axes(call)
     if axes is None:
         return orig
-    return _REDUCE[call.op.name](call.args[0], axis=axes, keepdims=True)
+    return REDUCE[call.op.name](call.args[0], axis=axes, keepdims=True)
 
 
 @relax.transform.function_pass(opt_level=0, name="ext.GlobalPoolToReduce")
@@ -59,7 +59,7 @@ class GlobalPoolToReduce:
     def transform_function(self, func, mod, ctx):
         if not isinstance(func, relax.Function):
             return func
-        for op in _REDUCE:
+        for op in REDUCE:
             pool = is_op(op)(wildcard())
             func = rewrite_call(pool, lambda orig, m, pool=pool: _rewrite(orig, m[pool]), func)
         return func

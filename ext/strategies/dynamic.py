@@ -302,14 +302,18 @@ def _at_size(wl: Workload) -> Workload:
     return dataclasses.replace(wl, shapes=(data,) + tuple(wl.shapes[1:]))
 
 
+def symbolic_geom(g: cv.ConvGeom, table: SymbolTable) -> cv.ConvGeom:
+    """``g`` with its batch, height and width as expressions (``tirx.Var`` where symbolic)."""
+    return cv.ConvGeom(table.dim(g.N), g.C, table.dim(g.H), table.dim(g.W), g.O, g.KH, g.KW, g.stride, g.pad,
+                       g.dilation, g.groups)
+
+
 def _conv_build(wl, cfg: DirectConfig, target):
     """``conv2d.direct_nchwc``'s kernel with the batch, height and width ``tirx.Var`` expressions
     where symbolic: its fused parallel loop (image x channel block x row) runs over every image
     and row of the call, the output width padded to whole register tiles."""
     table = SymbolTable()
-    g = conv.geom(wl)
-    g = cv.ConvGeom(table.dim(g.N), g.C, table.dim(g.H), table.dim(g.W), g.O, g.KH, g.KW, g.stride, g.pad,
-                    g.dilation, g.groups)
+    g = symbolic_geom(conv.geom(wl), table)
     X, Wp, *extras = _placeholders(wl, table, b_shape=conv._direct_wshape(g, cfg))
     _, _, D = cv.conv2d_nchwc(X, Wp, g, icb=cfg.icb, ocb=cfg.ocb, ow_pad=cfg.reg_n, epilogue=wl.epilogue,
                               extras=[dyn.Broadcastable(e) for e in extras], out_dtype=wl.out_dtype)

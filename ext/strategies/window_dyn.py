@@ -26,14 +26,8 @@ from ..workload import Workload
 from . import conv2d as conv
 from . import conv2d_rows as rows
 from . import pool as pool_static
-from .dynamic import _at_size, _placeholders, _static_suits
+from .dynamic import _at_size, _placeholders, _static_suits, symbolic_geom
 from .registry import PLEVEL, Candidate, register
-
-
-def _symbolic(g: cv.ConvGeom, table: SymbolTable) -> cv.ConvGeom:
-    """``g`` with its batch, height and width as expressions (``tirx.Var`` where symbolic)."""
-    return cv.ConvGeom(table.dim(g.N), g.C, table.dim(g.H), table.dim(g.W), g.O, g.KH, g.KW, g.stride, g.pad,
-                       g.dilation, g.groups)
 
 
 def _interior(g: cv.ConvGeom) -> tuple:
@@ -45,7 +39,7 @@ def _interior(g: cv.ConvGeom) -> tuple:
 
 def _dw_build(wl: Workload, cfg: RowConfig, target):
     table = SymbolTable()
-    g = _symbolic(conv.geom(wl), table)
+    g = symbolic_geom(conv.geom(wl), table)
     X, Wt, *extras = _placeholders(wl, table)
     _, _, D = cv.depthwise_nchw(X, Wt, g, ow_pad=cfg.reg_n, oh_pad=cfg.rows, epilogue=wl.epilogue,
                                 extras=[dyn.Broadcastable(e) for e in extras], out_dtype=wl.out_dtype)
