@@ -27,9 +27,10 @@ REF = {
 }
 OPS = {"exp": relax.op.exp, "sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh, "silu": relax.op.nn.silu,
        "gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh}
-# exp: <= 2 ulp relative (7.5e-8 measured); erf (Abramowitz-Stegun 7.1.26): 1.5e-7 absolute
+# exp: <= 2 ulp relative (7.5e-8 measured); erf (rational fit in float32): 4.9e-7 absolute, so gelu
+# (x/2 * (1 + erf), cancelling for x < 0) is within 0.5 * 3.92 * sqrt(2) * 4.9e-7 = 1.4e-6 absolute
 TOL = {"exp": dict(rtol=3e-7, atol=0), "sigmoid": dict(rtol=1e-6, atol=1e-7), "tanh": dict(rtol=1e-6, atol=1e-7),
-       "silu": dict(rtol=1e-6, atol=1e-6), "gelu": dict(rtol=1e-6, atol=5e-7), "gelu_tanh": dict(rtol=1e-6, atol=1e-6)}
+       "silu": dict(rtol=1e-6, atol=1e-6), "gelu": dict(rtol=1e-6, atol=1.5e-6), "gelu_tanh": dict(rtol=1e-6, atol=1e-6)}
 
 
 def _unary_module(op, shape):
