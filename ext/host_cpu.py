@@ -43,6 +43,11 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+#: LLVM cpu names of cores with two 512-bit FMA units (``CPUInfo.two_fma512``)
+TWO_FMA512_CPUS = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids",
+                             "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"})
+
+
 @dataclasses.dataclass(frozen=True)
 class CPUInfo:
     """What CPU schedules need to know about an LLVM target."""
@@ -75,6 +80,14 @@ class CPUInfo:
     @property
     def isa(self) -> str:
         return {512: "avx512", 256: "avx2"}.get(self.vector_bits, "sse")
+
+    @property
+    def two_fma512(self) -> bool:
+        """Two full-width 512-bit FMA units per core: the AVX-512 server Xeons (LLVM cpu names
+        below). A register tile then needs more accumulators per loaded B vector than where
+        one unit issues a zmm FMA per cycle (Zen 4 runs a zmm FMA as two 256-bit halves);
+        Zen 5 and client parts keep the one-unit tiles, the ones measured there."""
+        return self.vector_bits == 512 and self.mcpu in TWO_FMA512_CPUS
 
     @property
     def vector_registers(self) -> int:

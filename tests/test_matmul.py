@@ -1,6 +1,8 @@
 """Every CPU matmul candidate against NumPy on awkward shapes, default and non-default configs."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,26 @@ def test_default_config_depends_on_shape(cpu_target):
     lanes = cpu_info(cpu_target).lanes_f32
     assert wide.nb == 4 * lanes and wide.parallel == "panels"  # 4 vectors: 64 with AVX-512, 32 with AVX2
     assert narrow.nb == 48 and narrow.parallel == "tiles"  # one panel: split row tiles across threads
+
+
+def test_six_row_tiles_with_two_fma512_units(cpu_target):
+    """Xeons with two 512-bit FMA units take 6 x 64 tiles where padding M to sixes pays; Zen 4
+    keeps 4 rows. The 6-row kernel is checked against NumPy on rows that leave a partial tile."""
+    from tvm.target import Target
+
+    packed = REGISTRY.get("matmul.packed")
+    xeon = Target({"kind": "llvm", "mcpu": "emeraldrapids", "num-cores": 2})
+    zen4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    assert cpu_info(xeon).two_fma512 and not cpu_info(zen4).two_fma512
+    rows = {M: packed.default_config(matmul_wl(M, 768, 768), xeon).mb for M in (5, 13, 32, 49, 128, 197)}
+    assert rows == {5: 4, 13: 4, 32: 4, 49: 6, 128: 6, 197: 6}  # 13 -> 18 rows, 32 -> 36: padding costs more
+    assert packed.default_config(matmul_wl(128, 768, 768), zen4).mb == 4
+    assert packed.default_config(matmul_wl(128, 96, 384), xeon).mb == 4  # 3-vector panels: 4 rows
+    if cpu_info(cpu_target).vector_bits != 512:
+        return
+    for M, N, K in ((49, 75, 33), (197, 130, 61)):
+        wl = matmul_wl(M, N, K, epilogue=("bias", "silu"))
+        xs = random_inputs(wl, seed=M)
+        cfg = dataclasses.replace(packed.default_config(wl, cpu_target), mb=6, nb=64)
+        out = CompiledCandidate(packed, wl, cfg, cpu_target).run(xs)
+        assert_close(out, reference(wl, xs), **tol(K), what=f"6x64 {M}x{N}x{K}")

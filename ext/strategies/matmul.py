@@ -108,12 +108,25 @@ def _pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
     return best
 
 
+#: time per row of a 6 x 4-vector tile against a 4 x 4-vector one with two 512-bit FMA units
+#: (``scripts/bench_gemm.py`` shapes and BERT/ViT/ConvNeXt's, interleaved on an Emerald Rapids
+#: VM: 0.89-0.97 from M = 49 up, e.g. 128x3072x768 0.90, 1024^3 0.89; 32x4096x4096 1.03)
+SIX_ROW_TIME = 0.92
+
+
 def _pick_mb(M: int, nb: int, info) -> int:
     """Rows per register tile: ``mb * nb/lanes`` accumulators + one B row + a broadcast of A
-    must fit the vector registers (32 zmm with AVX-512, 16 ymm otherwise); at most 4."""
+    must fit the vector registers (32 zmm with AVX-512, 16 ymm otherwise); at most 4, or 6
+    rows of 4-vector panels with two 512-bit FMA units (24 accumulators: each loaded B vector
+    feeds 6 FMAs instead of 4, and a panel is streamed from L2 for M/6 row tiles, not M/4)
+    unless padding M to sixes costs more than the tile saves."""
     vectors = max(1, nb // info.lanes_f32)
-    regs = info.vector_registers
-    return max(1, min(4, M, (regs - vectors - 1) // vectors))
+    fit = (info.vector_registers - vectors - 1) // vectors
+    mb = max(1, min(4, M, fit))
+    if (info.two_fma512 and vectors == 4 and fit >= 6 and M >= 6
+            and mm.ceil_to(M, 6) * SIX_ROW_TIME < mm.ceil_to(M, mb)):
+        return 6
+    return mb
 
 
 def _tile_default(wl, target, nb_max: int = 64):
