@@ -31,8 +31,9 @@ NaN exactly as PyTorch does. ``relu(x) = x < 0 ? 0 : x`` keeps NaN (as
 ``torch.relu``); ``max(x, 0)`` would not, since TVM lowers ``max`` to
 ``x > 0 ? x : 0`` (one ``vmaxps`` either way, operands swapped).
 
-``tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1))``, odd Taylor series below |x| = 0.3
-(relative error <= 4e-7), ``sigmoid(x) = 1 / (1 + exp(-x))``, ``erf`` by a rational fit
+``tanh(x) = sign(x) (1 - e) / (1 + e)`` with ``e = exp(-2|x|)``, odd Taylor series below |x| = 0.3
+(relative error <= 4e-7), ``sigmoid(x) = 1 / (1 + e)`` (x >= 0) or ``e / (1 + e)`` with
+``e = exp(-|x|)`` (an exp of a non-positive argument, cheaper, and nothing overflows), ``erf`` by a rational fit
 ``x P(x^2) / Q(x^2)`` (absolute error <= 5e-7, +-1 from |x| = 3.92),
 ``gelu(x) = x/2 * (1 + erf(x / sqrt 2))`` and ``gelu_tanh(x) = x * sigmoid(2u)`` (the same as
 ``x/2 * (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``). Their reciprocals are Newton
@@ -147,10 +148,15 @@ def dtype_of(x) -> str:
 
 
 def sigmoid(x):
-    """``1 / (1 + exp(-x))``; below -80 exactly 0 (the true value is under 2e-35), which keeps
-    ``silu(-inf) = -inf * 0 = NaN`` as PyTorch gives, and the reciprocal's operand within its range."""
-    return _let("xs", "float32", x, lambda v: tirx.Select(v < _c(-SIGMOID_ZERO), _c(0.0),
-                                                          recip_bounded(_c(1.0) + exp(-v))))
+    """From ``e = exp(-|x|)`` in (0, 1]: ``1 / (1 + e)`` for x >= 0, ``e / (1 + e)`` below; the
+    reciprocal's operand stays in [1, 2], the exp needs no overflow clamp, and below ln(FLT_MIN)
+    ``e`` is 0, so ``sigmoid(-inf) = 0`` and ``silu(-inf) = -inf * 0 = NaN`` as in PyTorch."""
+    def body(v):
+        return _let("se", "float32", exp(-te.abs(v), nonpositive=True),
+                    lambda e: _let("sr", "float32", recip_bounded(_c(1.0) + e),
+                                   lambda r: tirx.Select(v < _c(0.0), e * r, r)))
+
+    return _let("xs", "float32", x, body)
 
 
 def tanh(x):
@@ -162,10 +168,9 @@ def _tanh(x):
     # near 0 the formula cancels: odd Taylor series, error < 2e-8 for |x| < 0.3
     x2 = x * x
     small = x * (_c(1.0) + x2 * (_c(-1 / 3) + x2 * (_c(2 / 15) + x2 * (_c(-17 / 315) + x2 * _c(62 / 2835)))))
-    # |x| capped at 10, where the formula already rounds to 1 (2 / (exp(20) + 1) = 4e-9): keeps
-    # exp(2|x|) + 1 in the reciprocal's range
-    big = tirx.Select(ax > _c(10.0), _c(10.0), ax)
-    return _let("t", "float32", _c(1.0) - _c(2.0) * recip_bounded(exp(big * _c(2.0)) + _c(1.0)),
+    # tanh|x| = (1 - e) / (1 + e), e = exp(-2|x|) in (0, 1]: no overflow, the reciprocal's operand in [1, 2]
+    return _let("t", "float32", _let("te", "float32", exp(ax * _c(-2.0), nonpositive=True),
+                                     lambda e: (_c(1.0) - e) * recip_bounded(_c(1.0) + e)),
                 lambda t: tirx.Select(ax < _c(0.3), small, tirx.Select(x < _c(0.0), -t, t)))
 
 
@@ -186,10 +191,6 @@ def _horner(coefs, z):
     return p
 
 
-#: sigmoid is exactly 0 below -SIGMOID_ZERO
-SIGMOID_ZERO = 80.0
-
-
 def recip_bounded(q):
     """``1 / q`` for a positive normal ``q`` up to 1e37 (NaN gives NaN) without a divide: an
     exponent-flip first guess (within 5.1%) and three Newton steps (the error squares each
@@ -198,8 +199,8 @@ def recip_bounded(q):
     pipeline with the rest of the expression."""
     def steps(qv):
         r = tirx.reinterpret("float32", tirx.const(0x7EF311C3, "int32") - tirx.reinterpret("int32", qv))
-        for _ in range(3):
-            r = _let("rn", "float32", r, lambda v: v * (_c(2.0) - qv * v))
+        for _ in range(3):  # no Let per step: each nested Let doubled the TIR passes' time on the kernel
+            r = r * (_c(2.0) - qv * r)  # (the repeated guess is 3 nodes; CSE merges the copies)
         return r
 
     return _let("qr", "float32", q, steps)
