@@ -30,7 +30,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as stock
 
 from .onnx_rnn import CONVERTERS as RECURRENT
-from .onnx_shapes import CONVERTERS as SHAPES, integral_scales, resize_to_symbolic_size
+from .onnx_shapes import CONVERTERS as SHAPES, integral_scales, resize_to_symbolic_size, same_pads, same_padded
 from .torch_fft import contract_along, dft_matrices
 from .torch_layout_ops import window_argmax
 from .torch_resize import resample, taps
@@ -92,46 +92,6 @@ class Pad(stock.Pad):
         return relax.op.nn.pad(x, width, "constant", float(value or 0.0))
 
 
-def _same_widths(n, k: int, s: int, d: int, mode: str) -> tuple:
-    """``(begin, end)`` padding of one axis for ONNX ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER``:
-    output ``ceil(n / s)``, the odd cell at the end (UPPER) or the beginning (LOWER); ints for a
-    static size, PrimExprs for a symbolic one."""
-    if isinstance(n, int):
-        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
-    else:
-        total = tvm.tirx.max((tvm.tirx.floordiv(n + s - 1, s) - 1) * s + (k - 1) * d + 1 - n, 0)
-    small = total // 2
-    begin = small if mode == "SAME_UPPER" else total - small
-    return begin, total - begin
-
-
-def same_pads(x, kernel, strides, dilations, mode: str) -> list | None:
-    """The ``pads`` (begins, then ends) of ``_same_widths``, known when every spatial extent is
-    static or its stride is 1 (the total ``dilation * (k - 1)`` at any size); None otherwise."""
-    pairs = []
-    for size, k, s, d in zip(list(x.ty.shape.values)[2:], kernel, strides, dilations):
-        if isinstance(size, tvm.tirx.IntImm):
-            pairs.append(_same_widths(int(size), k, s, d, mode))
-        elif s == 1:  # the total, dilation * (k - 1), is the same at every size (any size stands in)
-            pairs.append(_same_widths(1, k, 1, d, mode))
-        else:
-            return None
-    return [p[0] for p in pairs] + [p[1] for p in pairs]
-
-
-def _same_padded(bb, x, kernel, strides, dilations, mode: str):
-    """``x`` zero-padded as ``auto_pad`` SAME_* asks, the widths symbolic (a strided conv on a
-    run-time size: an odd and an even height pad differently): zeros concatenated on each side
-    (``relax.nn.pad`` takes numbers only; the stock converter's TOPI pad stopped on the
-    symbolic widths)."""
-    for axis, (k, s, d) in enumerate(zip(kernel, strides, dilations), start=2):
-        shape = list(x.ty.shape.values)
-        widths = _same_widths(shape[axis], k, s, d, mode)
-        zeros = [relax.op.zeros(relax.ShapeExpr(shape[:axis] + [e] + shape[axis + 1:]), x.ty.dtype) for e in widths]
-        x = bb.normalize(relax.op.concat([zeros[0], x, zeros[1]], axis=axis))
-    return x
-
-
 class Conv(stock.Conv):
     """``auto_pad`` ``SAME_*`` as the conv's own ``pads`` wherever they are known at import
     (``same_pads``). The stock converter padded the input with an opaque TOPI kernel before
@@ -151,7 +111,7 @@ class Conv(stock.Conv):
             pads = same_pads(inputs[0], *window, mode)
             attr = {key: v for key, v in attr.items() if key != "auto_pad"}
             if pads is None:  # a strided symbolic extent: its pads follow the size at run time
-                padded = _same_padded(bb, inputs[0], *window, mode)
+                padded = same_padded(bb, inputs[0], *window, mode)
                 inputs = [padded, inputs[1], inputs[2] if len(inputs) > 2 else None]  # the bias is optional
                 pads = [0] * (2 * rank)
             attr["pads"] = pads

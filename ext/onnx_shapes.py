@@ -111,3 +111,45 @@ def resize_to_symbolic_size(convert, bb, inputs, attr, params, sizes: relax.Shap
 
 
 CONVERTERS = {"Gather": Gather, "Concat": Concat, "Cast": Cast}
+
+
+# -- ONNX auto_pad SAME_* widths (the Conv converter of onnx_importer) --------------------------------
+
+def same_widths(n, k: int, s: int, d: int, mode: str) -> tuple:
+    """``(begin, end)`` padding of one axis for ONNX ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER``:
+    output ``ceil(n / s)``, the odd cell at the end (UPPER) or the beginning (LOWER); ints for a
+    static size, PrimExprs for a symbolic one."""
+    if isinstance(n, int):
+        total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+    else:
+        total = tvm.tirx.max((tvm.tirx.floordiv(n + s - 1, s) - 1) * s + (k - 1) * d + 1 - n, 0)
+    small = total // 2
+    begin = small if mode == "SAME_UPPER" else total - small
+    return begin, total - begin
+
+
+def same_pads(x, kernel, strides, dilations, mode: str) -> list | None:
+    """The ``pads`` (begins, then ends) of ``same_widths``, known when every spatial extent is
+    static or its stride is 1 (the total ``dilation * (k - 1)`` at any size); None otherwise."""
+    pairs = []
+    for size, k, s, d in zip(list(x.ty.shape.values)[2:], kernel, strides, dilations):
+        if isinstance(size, tvm.tirx.IntImm):
+            pairs.append(same_widths(int(size), k, s, d, mode))
+        elif s == 1:  # the total, dilation * (k - 1), is the same at every size (any size stands in)
+            pairs.append(same_widths(1, k, 1, d, mode))
+        else:
+            return None
+    return [p[0] for p in pairs] + [p[1] for p in pairs]
+
+
+def same_padded(bb, x, kernel, strides, dilations, mode: str):
+    """``x`` zero-padded as ``auto_pad`` SAME_* asks, the widths symbolic (a strided conv on a
+    run-time size: an odd and an even height pad differently): zeros concatenated on each side
+    (``relax.nn.pad`` takes numbers only; the stock converter's TOPI pad stopped on the
+    symbolic widths)."""
+    for axis, (k, s, d) in enumerate(zip(kernel, strides, dilations), start=2):
+        shape = list(x.ty.shape.values)
+        widths = same_widths(shape[axis], k, s, d, mode)
+        zeros = [relax.op.zeros(relax.ShapeExpr(shape[:axis] + [e] + shape[axis + 1:]), x.ty.dtype) for e in widths]
+        x = bb.normalize(relax.op.concat([zeros[0], x, zeros[1]], axis=axis))
+    return x

@@ -130,11 +130,10 @@ def test_six_row_tiles_with_two_fma512_units(cpu_target):
     assert rows == {5: 4, 13: 4, 32: 4, 49: 6, 128: 6, 197: 6}  # 13 -> 18 rows, 32 -> 36: padding costs more
     assert packed.default_config(matmul_wl(128, 768, 768), zen4).mb == 4
     assert packed.default_config(matmul_wl(128, 96, 384), xeon).mb == 4  # 3-vector panels: 4 rows
-    if cpu_info(cpu_target).vector_bits != 512:
-        return
+    four_vectors = 4 * cpu_info(cpu_target).lanes_f32  # 6 x 4-vector tiles on this host's ISA
     for M, N, K in ((49, 75, 33), (197, 130, 61)):
         wl = matmul_wl(M, N, K, epilogue=("bias", "silu"))
         xs = random_inputs(wl, seed=M)
-        cfg = dataclasses.replace(packed.default_config(wl, cpu_target), mb=6, nb=64)
+        cfg = dataclasses.replace(packed.default_config(wl, cpu_target), mb=6, nb=four_vectors)
         out = CompiledCandidate(packed, wl, cfg, cpu_target).run(xs)
         assert_close(out, reference(wl, xs), **tol(K), what=f"6x64 {M}x{N}x{K}")
