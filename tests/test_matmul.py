@@ -137,3 +137,22 @@ def test_six_row_tiles_with_two_fma512_units(cpu_target):
         cfg = dataclasses.replace(packed.default_config(wl, cpu_target), mb=6, nb=four_vectors)
         out = CompiledCandidate(packed, wl, cfg, cpu_target).run(xs)
         assert_close(out, reference(wl, xs), **tol(K), what=f"6x64 {M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("M,N,K,mb,steps", [(8, 200, 300, 4, 2), (13, 130, 97, 4, 1), (200, 129, 64, 6, 1)])
+def test_packed_prefetches_the_next_panel(cpu_target, M, N, K, mb, steps):
+    """With two or more row tiles and panels, matmul.packed prefetches the next panel of B in its
+    first row tiles (``steps`` lines per step: 64-column panels are 4 lines per k, so two row
+    tiles take two each); the results are those of NumPy. A GEMV (one row tile) does not."""
+    from ext.tir_schedules.cpu.matmul import TileConfig
+
+    cand = REGISTRY.get("matmul.packed")
+    wl = matmul_wl(M, N, K, epilogue=("bias", "relu"))
+    cfg = TileConfig(mb=mb, nb=64, parallel="panels")
+    assert cand.build(wl, cfg, cpu_target).script().count("T.prefetch(") == steps
+    xs = random_inputs(wl, seed=K)
+    out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs)
+    assert_close(out, reference(wl, xs), **tol(K), what=f"prefetching matmul.packed {M}x{N}x{K} {cfg}")
+    gemv = REGISTRY.get("matmul.gemv")
+    vec = matmul_wl(1, N, K, epilogue=("bias",))
+    assert "T.prefetch(" not in gemv.build(vec, gemv.default_config(vec, cpu_target), cpu_target).script()

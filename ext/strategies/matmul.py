@@ -180,8 +180,9 @@ def _packed_build(wl, cfg: TileConfig, target):
     _, D = mm.matmul_tiled(A, Bp, M=M, N=N, K=K, b_layout="packed", nb=cfg.nb, epilogue=wl.epilogue,
                            extras=extras, out_dtype=wl.out_dtype, pad_rows=cfg.mb, pad_cols=cfg.nb)
     sch = create_schedule([A, Bp, *extras, D])
-    cpu_sched.schedule_tiled(sch, cfg, _lanes(target), threads=cpu_info(target).cores)
-    return finish(sch, "matmul.packed")
+    loops = cpu_sched.schedule_tiled(sch, cfg, _lanes(target), threads=cpu_info(target).cores)
+    return cpu_sched.prefetch_next_panel(finish(sch, "matmul.packed"), loops, K=K, nb=cfg.nb,
+                                         rows=mm.ceil_to(M, cfg.mb) // cfg.mb)
 
 
 def _packed_suits(wl, target):
