@@ -25,6 +25,7 @@ import dataclasses
 from tvm import s_tir, tirx
 
 from ..common import extent
+from .prefetch import LINE_FLOATS, i64, prefetch_lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +93,7 @@ def schedule_tiled(sch: s_tir.Schedule, cfg: TileConfig, lanes: int, nbatch: int
                       sch.get(i0).loop_var if panel is not None else None, sch.get(ck).loop_var)
 
 
-def prefetch_next_panel(func, loops: TiledLoops, *, K: int, nb: int, rows: int, buffer_index: int = 1,
-                        line_floats: int = 16):
+def prefetch_next_panel(func, loops: TiledLoops, *, K: int, nb: int, rows: int, buffer_index: int = 1):
     """``func`` (a packed matmul scheduled by :func:`schedule_tiled`) with a software prefetch
     of the next panel of B into L2, spread over the first row tiles of each panel: step ``k``
     of row tile ``i0`` prefetches line ``i0 * K + k`` of panel ``p + 1`` (one line per step
@@ -109,47 +109,16 @@ def prefetch_next_panel(func, loops: TiledLoops, *, K: int, nb: int, rows: int, 
     1.00x; BERT-base 0.89-0.94x, GPT-2 0.94x. ``rows``: the row tiles per panel; none with
     one row tile (a GEMV streams B at memory speed and prefetches only add traffic:
     1 x 4096 x 4096 took 1.7x as long)."""
-    B = func.params[buffer_index]
-    panels, lines = int(B.shape[0]), K * nb // line_floats
+    panels, lines = int(func.params[buffer_index].shape[0]), K * nb // LINE_FLOATS
     if loops.panel is None or rows < 2 or panels < 2:
         return func
     tiles = -(-lines // K)  # row tiles that prefetch, one line per step each
     per_step = -(-tiles // min(rows, tiles))
-    i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
-    nxt = tirx.min(loops.panel + i64(1), i64(panels - 1))
-    calls = []
-    for r in range(per_step):
-        line = tirx.min((loops.row_tile * i64(K) + loops.k) * i64(per_step) + i64(r), i64(lines - 1))
-        flat = line * i64(line_floats)
-        addr = tirx.address_of(tirx.BufferLoad(B, [nxt, flat // i64(nb), flat % i64(nb)]))
-        # llvm.prefetch(address, write=0, locality=2: L2, data cache=1)
-        calls.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", addr, 0, 2, 1)))
-    first = loops.row_tile < i64(-(-tiles // per_step))
-    guarded = tirx.IfThenElse(first, tirx.SeqStmt(calls) if len(calls) > 1 else calls[0], None)
-    body = _prepend_in_loop(func.body, loops.k, [guarded])
-    return tirx.PrimFunc(func.params, body, func.ret_type, func.attrs)
-
-
-def _prepend_in_loop(stmt, loop_var, stmts):
-    """``stmt`` with ``stmts`` at the top of the body of the loop over ``loop_var`` (rebuilding
-    only the loops, sequences and blocks on the way to it)."""
-    if isinstance(stmt, tirx.For):
-        body = (tirx.SeqStmt([*stmts, stmt.body]) if stmt.loop_var.same_as(loop_var)
-                else _prepend_in_loop(stmt.body, loop_var, stmts))
-        return stmt if body.same_as(stmt.body) else tirx.For(
-            stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
-    if isinstance(stmt, tirx.SeqStmt):
-        parts = [_prepend_in_loop(s, loop_var, stmts) for s in stmt]
-        return stmt if all(a.same_as(b) for a, b in zip(parts, stmt)) else tirx.SeqStmt(parts)
-    if isinstance(stmt, s_tir.SBlockRealize):
-        block = _prepend_in_loop(stmt.block, loop_var, stmts)
-        return stmt if block.same_as(stmt.block) else s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    if isinstance(stmt, s_tir.SBlock):
-        body = _prepend_in_loop(stmt.body, loop_var, stmts)
-        return stmt if body.same_as(stmt.body) else s_tir.SBlock(
-            stmt.iter_vars, stmt.reads, stmt.writes, stmt.name_hint, body, stmt.init, stmt.alloc_buffers,
-            stmt.match_buffers, stmt.annotations)
-    return stmt
+    start = tirx.min(loops.panel + i64(1), i64(panels - 1)) * i64(K * nb)
+    step = (loops.row_tile * i64(K) + loops.k) * i64(per_step)
+    return prefetch_lines(func, loops.k, buffer_index, start,
+                          [tirx.min(step + i64(r), i64(lines - 1)) for r in range(per_step)],
+                          guard=loops.row_tile < i64(-(-tiles // per_step)))
 
 
 def accumulate_tile(sch: s_tir.Schedule, i0, cfg: TileConfig, lanes: int, block: str = "C"):
