@@ -43,6 +43,36 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+#: LLVM feature -> /proc/cpuinfo flag for the instruction-set extensions an LLVM cpu name
+#: implies and a hypervisor may hide from its guests (a Zen 4 VM without AVX-512 still reports
+#: the family and model that LLVM names ``znver4``; its AVX-512 code then dies of SIGILL)
+_HIDEABLE_FEATURES = {
+    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+    "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512cd": "avx512cd", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16", "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq",
+    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8",
+    "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "sha": "sha_ni", "adx": "adx",
+}
+
+
+def host_llvm_cpu() -> dict:
+    """``mcpu`` of the host as LLVM names it, plus ``mattr`` turning off each extension that
+    name implies and the host's ``/proc/cpuinfo`` does not list (features hidden by a
+    hypervisor). Without readable flags (not Linux, not x86) the name alone."""
+    mcpu = str(tvm.target.codegen.llvm_get_system_cpu())
+    flags = _cpu_flags()
+    if not flags or "sse2" not in flags:
+        return {"mcpu": mcpu}
+    try:
+        implied = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": mcpu}))}
+    except Exception:  # a cpu name this LLVM cannot describe: leave it to LLVM
+        return {"mcpu": mcpu}
+    hidden = sorted(feat for feat, flag in _HIDEABLE_FEATURES.items() if feat in implied and flag not in flags)
+    return {"mcpu": mcpu, "mattr": [f"-{feat}" for feat in hidden]} if hidden else {"mcpu": mcpu}
+
+
 #: LLVM cpu names of cores with two 512-bit FMA units (``CPUInfo.two_fma512``)
 TWO_FMA512_CPUS = frozenset({"skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids",
                              "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"})
@@ -104,7 +134,10 @@ class CPUInfo:
 
 def cpu_info(target: Target) -> CPUInfo:
     """ISA and core count of an LLVM target (from its mcpu; host flags as a hint)."""
-    mcpu = str(target.attrs.get("mcpu", "")) or tvm.target.codegen.llvm_get_system_cpu()
+    if "mcpu" not in target.attrs:
+        target = Target({**{k: v for k, v in dict(target.export()).items() if k in ("kind", "num-cores", "mtriple")},
+                         **host_llvm_cpu()})
+    mcpu = str(target.attrs["mcpu"])
     try:
         has = lambda feat: bool(tvm.target.codegen.llvm_cpu_has_features(feat, target))  # noqa: E731
         bits = 512 if has("avx512f") else 256 if has("avx2") else 128

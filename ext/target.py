@@ -20,14 +20,15 @@ from tvm.target import Target
 
 from . import tir_lowering
 # the host CPU's description lives in its own module; these names stay importable from here
-from .host_cpu import CPUInfo, configure_threads, cpu_info, usable_cores  # noqa: F401
+from .host_cpu import CPUInfo, configure_threads, cpu_info, host_llvm_cpu, usable_cores  # noqa: F401
 
 def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
     """The host CPU as an LLVM target.
 
     Parameters
     ----------
-    mcpu : LLVM CPU name; detected from LLVM (e.g. ``"znver4"``) when None.
+    mcpu : LLVM CPU name; the host's when None (LLVM's name, e.g. ``"znver4"``, with ``mattr``
+        turning off the extensions a hypervisor hides from this machine).
     num_cores : cores kernels may use; the usable core count when None.
 
     Example
@@ -36,8 +37,8 @@ def cpu(mcpu: str | None = None, num_cores: int | None = None) -> Target:
     >>> ext.target.cpu().kind.name
     'llvm'
     """
-    mcpu = mcpu or tvm.target.codegen.llvm_get_system_cpu()
-    return normalize({"kind": "llvm", "mcpu": mcpu, "num-cores": num_cores or usable_cores()})
+    cpu_attrs = {"mcpu": mcpu} if mcpu else host_llvm_cpu()
+    return normalize({"kind": "llvm", **cpu_attrs, "num-cores": num_cores or usable_cores()})
 
 
 _SM_ARCH = re.compile(r"sm_(\d{2,3})[af]?")
@@ -138,7 +139,8 @@ def _check_llvm(t: Target) -> Target:
         if [str(k) for k in t.keys] != ["cpu"]:  # keys a table row may match on survive
             attrs["keys"] = [str(k) for k in t.keys]
         attrs.setdefault("num-cores", usable_cores())
-        attrs.setdefault("mcpu", tvm.target.codegen.llvm_get_system_cpu())
+        if "mcpu" not in attrs:
+            attrs.update(host_llvm_cpu())
         t = Target(attrs)
     return t
 

@@ -111,10 +111,11 @@ def test_candidates_decline_with_reasons(cpu_target):
 def test_default_config_depends_on_shape(cpu_target):
     packed = REGISTRY.get("matmul.packed")
     wide = packed.default_config(matmul_wl(1024, 1024, 1024), cpu_target)
-    narrow = packed.default_config(matmul_wl(1024, 48, 1024), cpu_target)
     lanes = cpu_info(cpu_target).lanes_f32
+    narrow = packed.default_config(matmul_wl(1024, 3 * lanes, 1024), cpu_target)
     assert wide.nb == 4 * lanes and wide.parallel == "panels"  # 4 vectors: 64 with AVX-512, 32 with AVX2
-    assert narrow.nb == 48 and narrow.parallel == "tiles"  # one panel: split row tiles across threads
+    # three vectors are one panel: split row tiles across threads
+    assert narrow.nb == 3 * lanes and narrow.parallel == "tiles"
 
 
 def test_six_row_tiles_with_two_fma512_units(cpu_target):

@@ -25,6 +25,30 @@ def test_bare_llvm_gets_host_cpu_and_cores():
     assert str(t.attrs["mcpu"]) and int(t.attrs["num-cores"]) >= 1
 
 
+def test_host_target_turns_off_extensions_the_hypervisor_hides(monkeypatch):
+    """A Zen 4 guest whose hypervisor hides AVX-512 still reports the model LLVM names
+    ``znver4``: the host target turns off what /proc/cpuinfo lacks, so kernels are AVX2 (before,
+    every model died of SIGILL on such a VM). With every flag present the name stands alone."""
+    import tvm
+
+    from ext import host_cpu
+
+    full = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": "znver4"}))}
+    full_flags = {"sse2"} | {host_cpu._HIDEABLE_FEATURES.get(f, f) for f in full}
+    monkeypatch.setattr(tvm.target.codegen, "llvm_get_system_cpu", lambda: "znver4")
+    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: full_flags)
+    assert host_cpu.host_llvm_cpu() == {"mcpu": "znver4"}
+    assert cpu_info(ext.target.cpu()).isa == "avx512"
+    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: {f for f in full_flags if not f.startswith("avx512")})
+    attrs = host_cpu.host_llvm_cpu()
+    assert attrs["mcpu"] == "znver4" and "-avx512f" in attrs["mattr"] and "-avx2" not in attrs["mattr"]
+    for t in (ext.target.cpu(), normalize({"kind": "llvm"}), ext.target.npu()):
+        assert cpu_info(t).isa == "avx2", t
+    assert cpu_info(ext.target.cpu(mcpu="znver4")).isa == "avx512"  # a named cpu is the user's choice
+    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: set())  # no /proc/cpuinfo: LLVM's name alone
+    assert host_cpu.host_llvm_cpu() == {"mcpu": "znver4"}
+
+
 @pytest.mark.parametrize("bad", ["llvm -mcpu=znver4", {"mcpu": "znver4"}, {"kind": "nonsense"}, 42, "opencl"])
 def test_malformed_targets_raise_value_error(bad):
     with pytest.raises(ValueError):

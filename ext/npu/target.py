@@ -115,13 +115,11 @@ def npu(rows: int = 16, cols: int = 16, dataflow: str = "auto", spad_kib: int = 
     Defaults follow Gemmini's (16x16, 256 KiB scratchpad, 64 KiB accumulator). A bad
     configuration raises ValueError naming the problem.
     """
-    from ..target import usable_cores
+    from ..target import host_llvm_cpu, normalize, usable_cores
 
     cfg = ArrayConfig(rows, cols, dataflow, spad_kib, acc_kib, bandwidth, mhz)
-    from ..target import normalize
-
     return normalize({"kind": "llvm", "keys": ["npu", "cpu"], "model": cfg.model(),
-                      "mcpu": mcpu or tvm.target.codegen.llvm_get_system_cpu(),
+                      **({"mcpu": mcpu} if mcpu else host_llvm_cpu()),
                       "num-cores": num_cores or usable_cores()})
 
 
