@@ -207,8 +207,8 @@ def test_a_test_only_target_kind_builds_with_llvm_candidates(testcpu, cpu_target
     from ext.models.gemm import dense
     from ext.tuning.log import target_info
 
-    tgt = ext.target.normalize({"kind": "llvm", "mcpu": str(cpu_target.attrs["mcpu"]), "num-cores": 2,
-                                "keys": ["testcpu", "cpu"]})
+    host = {k: cpu_target.attrs[k] for k in ("mcpu", "mattr") if k in cpu_target.attrs}
+    tgt = ext.target.normalize({"kind": "llvm", **host, "num-cores": 2, "keys": ["testcpu", "cpu"]})
     assert ext.target.target_kind(tgt) is testcpu and ext.target.target_kind(cpu_target).name == "llvm"
     assert target_info(tgt)["kind"] == "testcpu" and ext.target.describe(tgt).startswith("testcpu llvm")
     mod, params = dense(7, 13, 11)
