@@ -163,7 +163,7 @@ def _space(wl, target):
         for nb in (ln, 2 * ln, 4 * ln):
             if nb > max(ln, ceil_to(g.O, ln)):
                 continue
-            for mb in (1, 2, 4, 6):
+            for mb in (1, 2, 3, 4, 6):  # 3: the default with 12 AVX2 accumulators and nb = 2 vectors
                 if 2 * mb * nb // ln <= acc and u_bytes(g, F, nb, ln) <= MAX_U_BYTES:
                     out.append(FFTConfig(tile=F, mb=mb, nb=nb))
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import tvm
 from tvm import s_tir
 
 from ..common import has_block
@@ -96,8 +97,13 @@ def schedule_layer_norm(sch: s_tir.Schedule, cfg: RowConfig) -> None:
 
 
 def _rfactor_symbolic(sch: s_tir.Schedule, block, lanes: int):
-    """``softmax.rfactor_lanes`` for a reduction over whole vectors (``n // lanes * lanes``)."""
+    """``softmax.rfactor_lanes`` for a reduction over whole vectors (``n // lanes * lanes``);
+    ``None`` for a static length of one vector, whose vector loop would fold away (a plain
+    loop of ``lanes`` steps; a length of zero vectors keeps its empty partials)."""
     loop = sch.get_loops(block)[-1]
+    n = sch.get(loop).extent
+    if isinstance(n, tvm.tirx.IntImm) and n.value == lanes:
+        return None
     _, k1 = sch.split(loop, [None, lanes])
     return sch.rfactor(k1, factor_axis=len(sch.get_loops(block)) - 2)
 
@@ -108,7 +114,8 @@ def schedule_softmax_cols(sch: s_tir.Schedule, cfg: RowConfig) -> None:
     rfs = [_rfactor_symbolic(sch, sch.get_sblock(name), cfg.lanes) for name in ("max_v", "sum_v")]
     _row_loops(sch, cfg, ("inv", "sum_t", "sum_v", "exp", "max", "max_t", "max_v"))
     for rf in rfs:
-        vectorize_rf(sch, rf)
+        if rf is not None:
+            vectorize_rf(sch, rf)
     for name in ("max_t", "sum_t"):  # the tail may be empty: its init must not sit inside its loop
         block = sch.get_sblock(name)
         sch.decompose_reduction(block, sch.get_loops(block)[-1])
