@@ -112,10 +112,26 @@ def test_default_config_depends_on_shape(cpu_target):
     packed = REGISTRY.get("matmul.packed")
     wide = packed.default_config(matmul_wl(1024, 1024, 1024), cpu_target)
     lanes = cpu_info(cpu_target).lanes_f32
-    narrow = packed.default_config(matmul_wl(1024, 3 * lanes, 1024), cpu_target)
-    assert wide.nb == 4 * lanes and wide.parallel == "panels"  # 4 vectors: 64 with AVX-512, 32 with AVX2
-    # three vectors are one panel: split row tiles across threads
-    assert narrow.nb == 3 * lanes and narrow.parallel == "tiles"
+    narrow = packed.default_config(matmul_wl(1024, 2 * lanes, 1024), cpu_target)
+    vectors = 4 if cpu_info(cpu_target).vector_registers == 32 else 3
+    assert wide.nb == vectors * lanes and wide.parallel == "panels"
+    # two vectors are one panel: split row tiles across threads
+    assert narrow.nb == 2 * lanes and narrow.parallel == "tiles"
+
+
+@pytest.mark.parametrize("mcpu, mb, nb", [("znver4", 4, 64), ("haswell", 4, 24)])
+def test_register_tile_holds_the_most_accumulators(mcpu, mb, nb):
+    """4 x 4 vectors (16 of 28 accumulators) with AVX-512; with AVX2's 16 registers 4 x 3 (12),
+    not 2 x 4 (8: 4 x 4 would spill), for GEMMs, batch matmuls and Winograd's batched GEMM."""
+    from tvm.target import Target
+
+    from conv2d_helpers import conv_wl
+
+    t = Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    for name, wl in (("matmul.packed", matmul_wl(1024, 1024, 1024)),
+                     ("conv2d.winograd", conv_wl(1, 256, 14, 14, 256, 3))):
+        cfg = REGISTRY.get(name).default_config(wl, t)
+        assert (cfg.mb, cfg.nb) == (mb, nb), (name, cfg)
 
 
 def test_six_row_tiles_with_two_fma512_units(cpu_target):

@@ -34,6 +34,7 @@ from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
 from ..workload import Workload, channel_block, conv_dims
 from . import conv2d_cost as cost
+from .matmul import fit_rows, pick_nb
 from .conv2d_cost import wino_tile  # noqa: F401 - the Winograd default config and tests use it
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes  # noqa: F401 - re-exported to the conv tables
@@ -268,15 +269,20 @@ def wino_parallel(g, m: int) -> str:
 
 
 def _wino_default(wl, target):
-    g, ln = geom(wl), lanes(target)
-    m = wino_tile(g, ln)
-    return WinogradConfig(tile=m, mb=4, nb=min(64, ceil_to(g.O, ln)), parallel=wino_parallel(g, m))
+    """The batched GEMM's register tile as ``matmul.packed`` picks it (O columns, C deep): 4 x 64
+    with AVX-512; 4 x 24 or 2 x 32 with AVX2's 16 registers (4 x 64 there spilled: 1.6-4x the
+    time of any of 6x16, 4x24, 2x32 on ResNet-18's layers on Zen 4)."""
+    g, info = geom(wl), cpu_info(target)
+    m = wino_tile(g, info.lanes_f32)
+    nb = pick_nb(g.O, g.C, info)
+    return WinogradConfig(tile=m, mb=fit_rows(1 << 30, nb // info.lanes_f32, info), nb=nb,
+                          parallel=wino_parallel(g, m))
 
 
 def _wino_space(wl, target):
     g, ln = geom(wl), lanes(target)
-    return [WinogradConfig(tile=m, mb=mb, nb=nb, parallel=par) for m in (2, 4) for nb in (16, 32, 64)
-            if nb <= max(ln, ceil_to(g.O, ln)) for mb in (2, 4, 6) for par in ("tiles", "stages")]
+    return [WinogradConfig(tile=m, mb=mb, nb=nb, parallel=par) for m in (2, 4) for nb in (16, 24, 32, 64)
+            if nb % ln == 0 and nb <= max(ln, ceil_to(g.O, ln)) for mb in (2, 3, 4, 6) for par in ("tiles", "stages")]
 
 
 def _wino_build(wl, cfg, target):

@@ -22,6 +22,7 @@ from ..topi_kernels import matmul as mm
 from ..topi_kernels.matmul import ceil_to
 from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, placeholders
+from .matmul import widest_tile
 from .registry import PLEVEL, Candidate, register
 
 
@@ -48,18 +49,19 @@ def _pointwise_check(wl, target):
 
 
 def _default(wl, target) -> TileConfig:
-    g, ln = geom(wl), lanes(target)
+    g = geom(wl)
     _, P, _ = cv.gemm_dims(g)
-    nb = min(64, ceil_to(P, ln))
+    mb, nb = widest_tile(g.O, P, cpu_info(target))
     panels = ceil_to(P, nb) // nb
-    return TileConfig(mb=min(4, g.O), nb=nb, parallel="panels" if panels >= 4 else "tiles")
+    return TileConfig(mb=mb, nb=nb, parallel="panels" if panels >= 4 else "tiles")
 
 
 def _space(wl, target):
     g, ln = geom(wl), lanes(target)
     _, P, _ = cv.gemm_dims(g)
-    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 32, 64, 96) if nb <= max(ln, ceil_to(P, ln))
-            for mb in (2, 4, 6) if mb <= max(1, g.O) for par in ("panels", "tiles")]
+    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 24, 32, 64, 96)
+            if nb % ln == 0 and nb <= max(ln, ceil_to(P, ln))
+            for mb in (2, 3, 4, 6) if mb <= max(1, g.O) for par in ("panels", "tiles")]
 
 
 def _build(name):

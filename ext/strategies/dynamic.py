@@ -52,7 +52,7 @@ from ..tir_schedules.cpu.conv2d import DirectConfig
 from ..topi_kernels import conv2d as cv
 from ..workload import Workload
 from . import conv2d as conv
-from .matmul import _pick_nb
+from .matmul import fit_rows, pick_nb, widest_tile
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
 
@@ -79,18 +79,18 @@ def _placeholders(wl: Workload, table: SymbolTable, b_shape=None) -> list[te.Ten
 
 def _tile_space(N: int, target, pars=("panels", "tiles")) -> list[TileConfig]:
     lanes = _lanes(target)
-    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 32, 48, 64) if nb % lanes == 0
-            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 4, 6, 8) for par in pars]
+    return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 24, 32, 48, 64) if nb % lanes == 0
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 3, 4, 6, 8) for par in pars]
 
 
 def _tile_default(N: int, K, target) -> TileConfig:
-    """``matmul.packed``'s heuristic without M: its panel width (``matmul._pick_nb``; a symbolic K
-    counts as 1024), 4 rows per tile (16 accumulators of the 32 zmm), threads over panels when
+    """``matmul.packed``'s heuristic without M: its panel width (``matmul.pick_nb``; a symbolic K
+    counts as 1024), ``matmul.fit_rows`` rows per tile, threads over panels when
     there are enough of them."""
     info = cpu_info(target)
     lanes = info.lanes_f32
-    best = _pick_nb(N, K if isinstance(K, int) else 1024, info)
-    mb = max(1, min(4, (info.vector_registers - best // lanes - 1) // max(1, best // lanes)))
+    best = pick_nb(N, K if isinstance(K, int) else 1024, info)
+    mb = fit_rows(1 << 30, max(1, best // lanes), info)
     panels = mm.ceil_to(N, best) // best
     return TileConfig(mb=mb, nb=best, parallel="panels" if panels >= 4 * info.cores else "tiles")
 
@@ -168,9 +168,8 @@ def _batch_N(wl) -> int:
 
 
 def _batch_default(wl, target):
-    lanes = _lanes(target)
-    N = _batch_N(wl)
-    return TileConfig(mb=4, nb=min(64, mm.ceil_to(N, lanes)), parallel="panels")
+    mb, nb = widest_tile(1 << 30, _batch_N(wl), cpu_info(target))
+    return TileConfig(mb=mb, nb=nb, parallel="panels")
 
 
 def _batch_build(wl, cfg: TileConfig, target):
