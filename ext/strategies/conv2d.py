@@ -175,12 +175,18 @@ def _direct_default(wl, target) -> DirectConfig:
     short = g.KH * g.KW == 1 and g.Cg < 2 * ln
     # many columns: 4 x 4-vector tiles (56x56 layers), unless they pad more output channels than
     # 2-vector ones: SqueezeNet 1.0's 3->96 7x7 stem at 109x109 computed 128 channels, 1.30 ms
-    # against 0.76 with 2 x 11 tiles
-    wide = (g.OW >= 32 and g.O >= 4 * ln and not short
-            and (g.groups > 1 or ceil_to(g.O, 4 * ln) == ceil_to(g.O, 2 * ln)))
-    icb, ocb = _direct_blocks(g, ln, ln if short else 4 * ln if wide else 2 * ln)
+    # against 0.76 with 2 x 11 tiles. With AVX2's 12 accumulators 6 x 2-vector tiles instead:
+    # 4 x 4 spilled (MobileViTv2's and ResNet-50's 1x1 layers on Zen 4: 1.35-1.6x the time)
+    acc = cpu_info(target).accumulators
+    wide_vecs = 4 if acc >= 16 else 2
+    wide = (g.OW >= 32 and g.O >= wide_vecs * ln and not short
+            and (g.groups > 1 or ceil_to(g.O, wide_vecs * ln) == ceil_to(g.O, 2 * ln)))
+    icb, ocb = _direct_blocks(g, ln, ln if short else wide_vecs * ln if wide else 2 * ln)
     vecs = max(1, ocb // ln)
-    reg_n = 4 if wide else pick_reg_n(g.OW, min(14, cpu_info(target).accumulators // vecs))
+    if wide:
+        reg_n = 4 if vecs == 4 else acc // vecs
+    else:
+        reg_n = pick_reg_n(g.OW, min(14, acc // vecs))
     return DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=direct_order(g, target, ocb))
 
 
@@ -190,7 +196,7 @@ def _direct_space(wl, target):
     for want in (ln, 2 * ln, 4 * ln):
         icb, ocb = _direct_blocks(g, ln, want)
         vecs = max(1, ocb // ln)
-        for reg_n in sorted({4, 7, 8, 14, pick_reg_n(g.OW, acc // vecs)}):
+        for reg_n in sorted({4, 6, 7, 8, 14, pick_reg_n(g.OW, acc // vecs)}):
             if reg_n * vecs <= acc and reg_n <= max(g.OW, 4):
                 for order in ("rows", "channels"):
                     cfg = DirectConfig(icb=icb, ocb=ocb, reg_n=reg_n, order=order)
