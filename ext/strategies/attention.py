@@ -22,11 +22,20 @@ from ..tir_schedules.cpu.attention import AttentionConfig, schedule_attention
 from ..topi_kernels import i64
 from ..topi_kernels.attention import attention
 from ..topi_kernels.matmul import ceil_to
+from ..target import cpu_info
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
 
 #: vector registers (of 32) the two register tiles may take: the rest hold Q/P broadcasts and loads
 TILE_REGISTERS = 24
+#: the same with AVX2's 16 registers: 2 rows of a 64-wide head (16 accumulators, some spilled) ran
+#: 0.72-0.87x the time of 3 rows (24) and 0.9-0.97x of 1 row on Zen 4 (ViT 197, 384 and Whisper's
+#: 1500 keys)
+TILE_REGISTERS_16 = 16
+
+
+def _tile_registers(target) -> int:
+    return TILE_REGISTERS if cpu_info(target).vector_registers >= 32 else TILE_REGISTERS_16
 
 
 def _check(wl, target):
@@ -44,28 +53,32 @@ def _dims(wl):
     return B, M, N, d, dv
 
 
-def _fits(wl, cfg: AttentionConfig, lanes: int) -> bool:
+def _fits(wl, cfg: AttentionConfig, lanes: int, registers: int) -> bool:
     _, _, _, _, dv = _dims(wl)
     vectors = max(1, -(-dv // lanes))
-    return cfg.nb % lanes == 0 and cfg.mb * max(cfg.nb // lanes, vectors) <= TILE_REGISTERS
+    return cfg.nb % lanes == 0 and cfg.mb * max(cfg.nb // lanes, vectors) <= registers
 
 
 def _space(wl, target):
-    lanes = _lanes(target)
+    lanes, regs = _lanes(target), _tile_registers(target)
     M = wl.shapes[0][1]
     return [c for c in (AttentionConfig(mb, nb) for mb in (1, 2, 3, 4, 5, 6, 8) if mb <= max(M, 1)
-                        for nb in (lanes, 2 * lanes, 3 * lanes, 4 * lanes)) if _fits(wl, c, lanes)]
+                        for nb in (lanes, 2 * lanes, 3 * lanes, 4 * lanes)) if _fits(wl, c, lanes, regs)]
 
 
 def _default(wl, target):
     """Six rows (both tiles fit the registers for heads up to 64 wide; fewer for wider ones),
     and the panel width of 1-4 vectors that pads the keys least (3 on a tie: 6 x 48 measured
-    best on Whisper's 1500 keys, 9.5 against 10.4 ms for 6 x 64)."""
+    best on Whisper's 1500 keys, 9.5 against 10.4 ms for 6 x 64). With 16 registers, 3-vector
+    panels unless they pad the keys by 10% more (2 x 24 beat 3 x 8 on ViT's 197 keys: 0.72x)."""
     lanes = _lanes(target)
     _, M, N, _, dv = _dims(wl)
     vectors = max(1, -(-dv // lanes))
-    mb = max(1, min(6, M, TILE_REGISTERS // max(vectors, 3)))
-    nb = min((3 * lanes, 2 * lanes, 4 * lanes, lanes), key=lambda w: ceil_to(N, w))
+    mb = max(1, min(6, M, _tile_registers(target) // max(vectors, 3)))
+    widths = (3 * lanes, 2 * lanes, 4 * lanes, lanes)
+    nb = min(widths, key=lambda w: ceil_to(N, w))
+    if _tile_registers(target) < TILE_REGISTERS and ceil_to(N, 3 * lanes) <= 1.1 * ceil_to(N, nb):
+        nb = 3 * lanes
     return AttentionConfig(mb=mb, nb=nb)
 
 
