@@ -109,7 +109,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
                       + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices()]
                          if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
-                      + [SettleComputedDims(), rp.FuseEpilogues(cpu=cpu_target)]),
+                      + [SettleComputedDims(), rp.FuseEpilogues(cpu=cpu_target, target=tgt)]),
                 # library dispatch: sort/topk/cumsum/sampling, which VM codegen can't emit itself
                 stage("select", [rp.LowerToCandidates(selector, rep)] + backend.library_dispatch_passes(tgt)),
                 # weights passed as parameters (attr num_input): their transforms move to main_transform_params

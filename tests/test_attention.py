@@ -14,12 +14,21 @@ import tvm
 import ext
 import ext.relax_passes as rp
 from ext.frontend import from_torch
+import ext.relax_passes.families.attention as fa
 from ext.relax_passes.families.attention import compress_mask, mask_groups
 from ext.runner import CompiledCandidate
 from ext.strategies import REGISTRY
 from ext.testing import assert_close, run_relax
 from ext.tuning.references import attention as reference
 from ext.workload import Workload
+
+
+@pytest.fixture(autouse=True)
+def fused_on_every_cpu(monkeypatch, request):
+    """The fused kernel is checked on any host: AVX2's 16 registers would keep attention separate
+    (``MIN_VECTOR_REGISTERS``) everywhere but in the test of that rule."""
+    if "keep_policy" not in request.keywords:
+        monkeypatch.setattr(fa, "MIN_VECTOR_REGISTERS", 0)
 
 
 class Attention(torch.nn.Module):
@@ -333,3 +342,21 @@ def test_onnx_key_permute_of_split_heads():
     with torch.no_grad():
         want = SplitHeads()(q, k, v).numpy()
     assert_close(run_relax(ex, q.numpy(), k.numpy(), v.numpy()), want, rtol=1e-5, atol=2e-5, what="split heads")
+
+
+@pytest.mark.keep_policy
+def test_sixteen_vector_registers_keep_attention_separate():
+    """With AVX2's 16 registers the fused kernel's tiles are too small to pay: matmul, softmax and
+    matmul stay separate kernels there; AVX-512 targets fuse."""
+    from tvm.target import Target
+
+    avx2 = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    assert not fa.fuses_on(avx2) and fa.fuses_on(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2}))
+    inputs = _inputs(1, 2, 13, 67, 16, 16)
+    model = Attention()
+    ex, rep = _build(model, inputs, avx2)
+    assert not [d for d in rep if d.workload.op == "attention"]
+    assert {"matmul", "softmax"} <= {d.workload.op for d in rep}
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    assert_close(run_relax(ex, *[x.numpy() for x in inputs]), want, rtol=1e-5, atol=2e-5, what="separate attention")

@@ -359,12 +359,14 @@ def _ops_in(mod: tvm.IRModule) -> set:
     return ops
 
 
-def FuseEpilogues(families=None, cpu: bool = True) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
+def FuseEpilogues(families=None, cpu: bool = True, target=None) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """``FuseOpsByPattern`` over every family's anchor and epilogue chains whose ops the module
     holds (``required_ops``: 226 patterns tried on a 24-layer transformer took 2.7 s), then each
     composite gets its ``ext.family`` and ``ext.epilogue`` attributes. ``cpu=False`` (a GPU or
-    NPU target) leaves out the CPU-only families (``Family.cpu_only``: attention)."""
-    fams = [f for f in (families or FAMILIES.values()) if cpu or not f.cpu_only]
+    NPU target) leaves out the CPU-only families (``Family.cpu_only``: attention); a CPU
+    ``target`` leaves out those whose ``fuses_on`` declines it."""
+    fams = [f for f in (families or FAMILIES.values())
+            if (cpu or not f.cpu_only) and (target is None or not cpu or f.fuses_on is None or f.fuses_on(target))]
     names = {"_".join(("ext." + fam.name,) + parts): (fam.name, parts)
              for fam in fams for parts in _family_chains(fam)}
     every = [(pat, required_ops(pat.pattern)) for pat in patterns(fams)]

@@ -40,6 +40,8 @@ class Family:
     covers: str = ""
     #: only CPU targets have its kernels: elsewhere its ops are left to the other families
     cpu_only: bool = False
+    #: ``(target) -> bool``: whether the family is fused for this CPU target (None: always)
+    fuses_on: Callable | None = None
 
 
 FAMILIES: dict[str, Family] = {}

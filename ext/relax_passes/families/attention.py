@@ -30,6 +30,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
+from ...host_cpu import cpu_info
 from ...workload import Workload
 from ..elemwise_math import constant_scalar
 from . import Composite, Family, dtype, register_family, static_shape
@@ -45,6 +46,15 @@ MIN_KEYS = 64
 #: power-of-two vectors dividing it, so a 30- or 36-wide head (MobileViT) would run 2- or
 #: 4-lane vectors (0.69 ms fused against 0.35 ms separate for MobileViT-XS's 30-wide heads)
 VALUE_ALIGN = 8
+#: vector registers the CPU needs for the fused kernel to pay: with AVX2's 16 its register tiles
+#: are too small (2 query rows), and the separate kernels ran 0.87-0.99x its time on an AVX2 Zen 4
+#: guest (whole models, interleaved: DeiT-S 0.87, Whisper-tiny encoder 0.92, DINOv2-S and ViT-B
+#: 0.99); 32 (AVX-512): fused, as measured above
+MIN_VECTOR_REGISTERS = 32
+
+
+def fuses_on(target) -> bool:
+    return cpu_info(target).vector_registers >= MIN_VECTOR_REGISTERS
 
 
 def _attention():
@@ -235,6 +245,6 @@ def _extract(comp: Composite):
     return wl, args, None if len(lead) == 1 else (lambda y: relax.op.reshape(y, out_shape))
 
 
-register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True,
+register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True, fuses_on=fuses_on,
                        covers="float32 q, k, v of static shapes and equal batch axes, a constant scale, a masked_fill "
                               "and up to two masks shared along trailing batch axes"))
