@@ -178,9 +178,9 @@ def test_tuners_sharing_a_log_measure_no_point_twice(tmp_path, cpu_target):
     from tuning_fakes import FakeMeasurer
 
     reg = small_space_reg()
-    wl = gemm_wl(3, 17, 7)  # matmul.direct only: a space of a few points (7 with AVX2, 13 with AVX-512)
+    wl = gemm_wl(3, 9, 7)  # matmul.direct only: a space of a few points (9 with AVX2 or AVX-512)
     space = [p.key for p in task_space(wl, cpu_target, reg)]
-    assert 4 <= len(space) <= 16
+    assert 4 <= len(space) <= 12
     path = tmp_path / "shared.jsonl"
     other_log, theirs = TuningLog(path), []
 
