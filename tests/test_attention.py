@@ -359,4 +359,5 @@ def test_sixteen_vector_registers_keep_attention_separate():
     assert {"matmul", "softmax"} <= {d.workload.op for d in rep}
     with torch.no_grad():
         want = model(*inputs).numpy()
-    assert_close(run_relax(ex, *[x.numpy() for x in inputs]), want, rtol=1e-5, atol=2e-5, what="separate attention")
+    got = run_relax(ex, *[x.numpy() for x in inputs])
+    assert_close(got, want, rtol=1e-5, atol=2e-5, what="separate attention")

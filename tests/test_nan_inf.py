@@ -266,7 +266,8 @@ def special_rows(rows: int, n: int, seed: int) -> np.ndarray:
     return x
 
 
-ROW_LENGTHS = [7, 12, 37, 64]  # shorter than a vector, one AVX2 vector + a tail, a ragged tail (padded reductions), whole vectors
+#: shorter than a vector, one AVX2 vector + a tail, a ragged tail (padded reductions), whole vectors
+ROW_LENGTHS = [7, 12, 37, 64]
 
 
 def _row_candidates(op, wl, target):

@@ -365,8 +365,12 @@ def FuseEpilogues(families=None, cpu: bool = True, target=None) -> tvm.transform
     composite gets its ``ext.family`` and ``ext.epilogue`` attributes. ``cpu=False`` (a GPU or
     NPU target) leaves out the CPU-only families (``Family.cpu_only``: attention); a CPU
     ``target`` leaves out those whose ``fuses_on`` declines it."""
-    fams = [f for f in (families or FAMILIES.values())
-            if (cpu or not f.cpu_only) and (target is None or not cpu or f.fuses_on is None or f.fuses_on(target))]
+    def fused_here(f) -> bool:
+        if not cpu:
+            return not f.cpu_only
+        return target is None or f.fuses_on is None or f.fuses_on(target)
+
+    fams = [f for f in (families or FAMILIES.values()) if fused_here(f)]
     names = {"_".join(("ext." + fam.name,) + parts): (fam.name, parts)
              for fam in fams for parts in _family_chains(fam)}
     every = [(pat, required_ops(pat.pattern)) for pat in patterns(fams)]

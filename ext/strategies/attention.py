@@ -71,13 +71,12 @@ def _default(wl, target):
     and the panel width of 1-4 vectors that pads the keys least (3 on a tie: 6 x 48 measured
     best on Whisper's 1500 keys, 9.5 against 10.4 ms for 6 x 64). With 16 registers, 3-vector
     panels unless they pad the keys by 10% more (2 x 24 beat 3 x 8 on ViT's 197 keys: 0.72x)."""
-    lanes = _lanes(target)
+    lanes, regs = _lanes(target), _tile_registers(target)
     _, M, N, _, dv = _dims(wl)
     vectors = max(1, -(-dv // lanes))
-    mb = max(1, min(6, M, _tile_registers(target) // max(vectors, 3)))
-    widths = (3 * lanes, 2 * lanes, 4 * lanes, lanes)
-    nb = min(widths, key=lambda w: ceil_to(N, w))
-    if _tile_registers(target) < TILE_REGISTERS and ceil_to(N, 3 * lanes) <= 1.1 * ceil_to(N, nb):
+    mb = max(1, min(6, M, regs // max(vectors, 3)))
+    nb = min((3 * lanes, 2 * lanes, 4 * lanes, lanes), key=lambda w: ceil_to(N, w))
+    if regs < TILE_REGISTERS and ceil_to(N, 3 * lanes) <= 1.1 * ceil_to(N, nb):
         nb = 3 * lanes
     return AttentionConfig(mb=mb, nb=nb)
 

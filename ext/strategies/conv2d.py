@@ -281,7 +281,7 @@ def _wino_default(wl, target):
     g, info = geom(wl), cpu_info(target)
     m = wino_tile(g, info.lanes_f32)
     nb = pick_nb(g.O, g.C, info)
-    return WinogradConfig(tile=m, mb=fit_rows(1 << 30, nb // info.lanes_f32, info), nb=nb,
+    return WinogradConfig(tile=m, mb=fit_rows(nb // info.lanes_f32, info), nb=nb,
                           parallel=wino_parallel(g, m))
 
 

@@ -90,7 +90,7 @@ def _tile_default(N: int, K, target) -> TileConfig:
     info = cpu_info(target)
     lanes = info.lanes_f32
     best = pick_nb(N, K if isinstance(K, int) else 1024, info)
-    mb = fit_rows(1 << 30, max(1, best // lanes), info)
+    mb = fit_rows(max(1, best // lanes), info)
     panels = mm.ceil_to(N, best) // best
     return TileConfig(mb=mb, nb=best, parallel="panels" if panels >= 4 * info.cores else "tiles")
 

@@ -118,15 +118,20 @@ def pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
 SIX_ROW_TIME = 0.92
 
 
-def fit_rows(M: int, vectors: int, info) -> int:
-    """Rows of a register tile ``vectors`` wide: ``rows * vectors`` accumulators + one B row + a
-    broadcast of A fit the vector registers (32 zmm with AVX-512, 16 ymm otherwise); at most 4."""
-    return max(1, min(4, M, (info.vector_registers - vectors - 1) // vectors))
+def _row_budget(vectors: int, info) -> int:
+    """Rows whose ``rows * vectors`` accumulators + one B row + a broadcast of A fit the vector
+    registers (32 zmm with AVX-512, 16 ymm otherwise)."""
+    return (info.vector_registers - vectors - 1) // vectors
+
+
+def fit_rows(vectors: int, info, M: int | None = None) -> int:
+    """Rows of a register tile ``vectors`` wide: ``_row_budget``, at most 4 (and M's rows)."""
+    return max(1, min(4, _row_budget(vectors, info), M if M is not None else 4))
 
 
 def _accumulators(vectors: int, info) -> int:
     """Accumulator registers of a register tile ``vectors`` wide on a tall M."""
-    return vectors * fit_rows(1 << 30, vectors, info)
+    return vectors * fit_rows(vectors, info)
 
 
 def widest_tile(M: int, N: int, info) -> tuple[int, int]:
@@ -135,7 +140,7 @@ def widest_tile(M: int, N: int, info) -> tuple[int, int]:
     lanes = info.lanes_f32
     vectors = max((4, 3, 2, 1), key=lambda v: _accumulators(v, info))
     nb = min(vectors * lanes, mm.ceil_to(N, lanes))
-    return fit_rows(M, nb // lanes, info), nb
+    return fit_rows(nb // lanes, info, M), nb
 
 
 def _pick_mb(M: int, nb: int, info) -> int:
@@ -144,8 +149,8 @@ def _pick_mb(M: int, nb: int, info) -> int:
     streamed from L2 for M/6 row tiles, not M/4) unless padding M to sixes costs more than the
     tile saves."""
     vectors = max(1, nb // info.lanes_f32)
-    mb = fit_rows(M, vectors, info)
-    if (info.two_fma512 and vectors == 4 and (info.vector_registers - 5) // 4 >= 6 and M >= 6
+    mb = fit_rows(vectors, info, M)
+    if (info.two_fma512 and vectors == 4 and _row_budget(vectors, info) >= 6 and M >= 6
             and mm.ceil_to(M, 6) * SIX_ROW_TIME < mm.ceil_to(M, mb)):
         return 6
     return mb

@@ -245,6 +245,7 @@ def _extract(comp: Composite):
     return wl, args, None if len(lead) == 1 else (lambda y: relax.op.reshape(y, out_shape))
 
 
-register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True, fuses_on=fuses_on,
+register_family(Family("attention", [("sdpa", _attention)], _check, _extract, chains=False, cpu_only=True,
+                       fuses_on=fuses_on,
                        covers="float32 q, k, v of static shapes and equal batch axes, a constant scale, a masked_fill "
                               "and up to two masks shared along trailing batch axes"))
