@@ -36,12 +36,13 @@ def _out_shape(wl: Workload):
 class CompiledCandidate:
     def __init__(self, cand: Candidate, wl: Workload, config, target: Target):
         self.cand, self.wl, self.config, self.target = cand, wl, config, target
-        built = cand.build(wl, config, target)
+        with target:  # the computes read the target being built for (``elemwise.reciprocal``)
+            built = cand.build(wl, config, target)
+            funcs = cand.input_transforms(wl, config, target)
         if isinstance(built, PackedCall):  # a vendor library: its packed function + our epilogue
             self.kernel = _LibraryKernel(built, target)
         else:
             self.kernel = compile_tir(built.with_attr("global_symbol", "kernel"), target)
-        funcs = cand.input_transforms(wl, config, target)
         self.transforms = {i: compile_tir(f.with_attr("global_symbol", "transform"), target)
                            for i, f in funcs.items()}
         self.transform_shapes = {i: param_shape(f, -1) for i, f in funcs.items()}

@@ -93,3 +93,30 @@ def test_fused_chain_is_one_vectorized_parallel_kernel(cpu_target, shape):
     assert_close(run_relax(ex, x, b), want, rtol=1e-6, atol=1e-6)
     asm = ex.mod.imports[0].inspect_source("asm") if ex.mod.imports else ex.mod.inspect_source("asm")
     assert "erff" not in asm and "expf" not in asm  # no scalar libm calls left
+
+
+@pytest.mark.parametrize("divide", [True, False], ids=["divide", "newton"])
+@pytest.mark.parametrize("op", ["sigmoid", "tanh", "silu", "gelu", "gelu_tanh"])
+def test_either_reciprocal_matches_numpy_and_keeps_specials(cpu_target, monkeypatch, op, divide):
+    """The reciprocal is a divide on 256-bit CPUs and Newton steps on AVX-512 (``elemwise.reciprocal``):
+    both forms meet the same tolerance, NaN stays NaN and +-inf give PyTorch's limits."""
+    from ext.topi_kernels import elemwise
+
+    monkeypatch.setattr(elemwise, "divides_fast", lambda target=None: divide)
+    x = np.random.default_rng(3).uniform(-12, 12, (5, 41)).astype("float32")
+    x.flat[:6] = [np.nan, np.inf, -np.inf, 0.0, -90.0, 90.0]
+    got = run_relax(ext.build(_unary_module(op, x.shape), cpu_target), x)
+    with np.errstate(all="ignore"):
+        want = REF[op](x.astype("float64"))
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (x.flat[:6], got.flat[:6])
+    fin = ~np.isnan(want)
+    assert_close(got[fin], want[fin], **TOL[op], what=f"{op} ({'divide' if divide else 'newton'})")
+
+
+def test_reciprocal_form_follows_the_target():
+    from ext.topi_kernels.elemwise import divides_fast
+
+    assert divides_fast(ext.target.cpu("haswell"))
+    assert not divides_fast(ext.target.cpu("skylake-avx512"))
+    assert not divides_fast(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    assert not divides_fast(None)  # no target being built for: the Newton form

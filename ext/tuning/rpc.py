@@ -118,9 +118,11 @@ def build_library(task: dict, path: str) -> dict:
     from ..tir_schedules.common import param_shape
 
     wl, target, cand, config = _resolve(task)
-    funcs = {"kernel": cand.build(wl, config, target).with_attr("global_symbol", "kernel")}
+    with target:  # the computes read the target being built for (``elemwise.reciprocal``)
+        funcs = {"kernel": cand.build(wl, config, target).with_attr("global_symbol", "kernel")}
+        transforms = cand.input_transforms(wl, config, target)
     shapes = {}
-    for i, f in cand.input_transforms(wl, config, target).items():
+    for i, f in transforms.items():
         funcs[f"transform{i}"] = f.with_attr("global_symbol", f"transform{i}")
         shapes[i] = param_shape(f, -1)
     compile_tir(tvm.IRModule(funcs), target).export_library(path)
