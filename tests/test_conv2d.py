@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+import ext
 from ext.runner import CompiledCandidate, random_inputs
 from ext.strategies.conv2d import lanes
 from ext.strategies import REGISTRY
+from ext.target import cpu_info
 from ext.testing import assert_close
 
 from conv2d_helpers import conv_tol, conv_wl, reference
@@ -237,6 +239,26 @@ def test_direct_default_tiles_pad_no_more_channels_than_needed(cpu_target, O):
     assert padded == -(-O // (2 * ln)) * (2 * ln), cfg
     out = CompiledCandidate(cand, wl, cfg, cpu_target).run(xs := random_inputs(wl, seed=O))
     assert_close(out, reference(wl, xs), **conv_tol(wl))
+
+
+@pytest.mark.parametrize("O", [20, 24, 40, 48])
+@pytest.mark.parametrize("mcpu", ["haswell", "skylake-avx512"])
+def test_direct_default_takes_three_vector_channels_as_one_block(mcpu, O):
+    """Channels filling three vectors where the tile would take two (24 with AVX2) are one block:
+    blocks of 16 padded 24 to 32 (96->24 at 56x56: 0.54x the time as one 24-channel block)."""
+    target = ext.target.cpu(mcpu)
+    cand = REGISTRY.get("conv2d.direct_nchwc")
+    wl = conv_wl(1, 96, 9, 56, O, 1, pad=0)
+    cfg = cand.default_config(wl, target)
+    ln = lanes(target)
+    o_pad = -(-O // ln) * ln
+    if o_pad <= 3 * ln:
+        assert -(-O // cfg.ocb) * cfg.ocb == o_pad, cfg  # no channel block past the last vector
+    assert cfg.reg_n * cfg.ocb // ln <= cpu_info(target).accumulators, cfg
+    if mcpu == "haswell" and o_pad == 24:
+        assert (cfg.ocb, cfg.reg_n) == (24, 4), cfg
+        xs = random_inputs(wl, seed=O)  # AVX2 code: runs on any host the suite runs on
+        assert_close(CompiledCandidate(cand, wl, cfg, target).run(xs), reference(wl, xs), **conv_tol(wl))
 
 
 @pytest.mark.parametrize("W", [96, 112, 128, 160, 256])
