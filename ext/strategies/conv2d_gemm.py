@@ -22,7 +22,7 @@ from ..topi_kernels import matmul as mm
 from ..topi_kernels.matmul import ceil_to
 from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, placeholders
-from .matmul import widest_tile
+from .matmul import ROW_OPTIONS, widest_tile
 from .registry import PLEVEL, Candidate, register
 
 
@@ -61,7 +61,7 @@ def _space(wl, target):
     _, P, _ = cv.gemm_dims(g)
     return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 24, 32, 64, 96)
             if nb % ln == 0 and nb <= max(ln, ceil_to(P, ln))
-            for mb in (2, 3, 4, 6) if mb <= max(1, g.O) for par in ("panels", "tiles")]
+            for mb in ROW_OPTIONS if mb <= max(1, g.O) for par in ("panels", "tiles")]
 
 
 def _build(name):

@@ -52,7 +52,7 @@ from ..tir_schedules.cpu.conv2d import DirectConfig
 from ..topi_kernels import conv2d as cv
 from ..workload import Workload
 from . import conv2d as conv
-from .matmul import fit_rows, pick_nb, widest_tile
+from .matmul import ROW_OPTIONS, fit_rows, pick_nb, widest_tile
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
 
@@ -80,7 +80,7 @@ def _placeholders(wl: Workload, table: SymbolTable, b_shape=None) -> list[te.Ten
 def _tile_space(N: int, target, pars=("panels", "tiles")) -> list[TileConfig]:
     lanes = _lanes(target)
     return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 24, 32, 48, 64) if nb % lanes == 0
-            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 3, 4, 6, 8) for par in pars]
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in ROW_OPTIONS for par in pars]
 
 
 def _tile_default(N: int, K, target) -> TileConfig:

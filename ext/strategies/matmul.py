@@ -79,7 +79,12 @@ def _direct_suits(wl, target):
     return None
 
 
-def _tile_space(wl, target, nbs=(16, 24, 32, 48, 64, 96), mbs=(1, 2, 3, 4, 6, 8)):
+#: rows per register tile the tile spaces hold: every default ``fit_rows`` gives (up to 6, or M
+#: when smaller) and 8
+ROW_OPTIONS = (1, 2, 3, 4, 5, 6, 8)
+
+
+def _tile_space(wl, target, nbs=(16, 24, 32, 48, 64, 96), mbs=ROW_OPTIONS):
     M, N, _ = dims(wl)
     lanes = _lanes(target)
     out = []
@@ -94,22 +99,34 @@ def _tile_space(wl, target, nbs=(16, 24, 32, 48, 64, 96), mbs=(1, 2, 3, 4, 6, 8)
     return out
 
 
-def pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
-    """Panel width: up to 4 vectors, a panel of B (K x nb) within L2, and
-    little padding waste (48 beats 64 when N = 333: 336 vs 384 columns)."""
+def _panel_options(info, nb_max: int = 64) -> list[int]:
+    """Panel widths of up to 4 vectors, the register tile with the most accumulators first (the
+    widest on ties): 4 vectors x 4 rows with 32 registers; with 16, 3 x 4 and 2 x 6 (12 each;
+    4 x 2 would leave 4 idle, and 3 x 24 ran 1.4x as fast as 2 x 32 on BERT/ViT GEMMs)."""
     lanes = info.lanes_f32
-    # the register tile with the most accumulators first (widest on ties): 4 vectors x 4 rows with
-    # 32 registers, but 3 x 4 with 16 (4 x 2 would leave 4 of them idle; 3 x 24 ran 1.4x as fast
-    # as 2 x 32 on BERT/ViT GEMMs with AVX2 on Zen 4)
-    options = sorted((v * lanes for v in (4, 3, 2, 1) if v * lanes <= nb_max),
-                     key=lambda nb: -_accumulators(nb // lanes, info))
-    fits = [nb for nb in options if K * nb * 4 <= info.l2_bytes] or [lanes]
-    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
-    best = fits[0]
-    for nb in fits[1:]:
+    return sorted((v * lanes for v in (4, 3, 2, 1) if v * lanes <= nb_max),
+                  key=lambda nb: -_accumulators(nb // lanes, info))
+
+
+def _least_padded(options: list[int], N: int) -> int:
+    """The first of ``options`` unless a later one pads N to at least 5% fewer columns (48 beats
+    64 when N = 333: 336 vs 384 columns; 16 beats 24 when N = 64: attention's P @ V with 64-wide
+    heads, 6 x 16 tiles 0.82x the time of 4 x 24 ones, which computed 72 columns)."""
+    best = options[0]
+    for nb in options[1:]:
         if mm.ceil_to(N, nb) < 0.95 * mm.ceil_to(N, best):
             best = nb
     return best
+
+
+def pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
+    """Panel width: ``_panel_options`` whose panel of B (K x nb) fits in L2 and is no wider
+    than N's vectors, the least padded (``_least_padded``)."""
+    lanes = info.lanes_f32
+    options = _panel_options(info, nb_max)
+    fits = [nb for nb in options if K * nb * 4 <= info.l2_bytes] or [lanes]
+    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
+    return _least_padded(fits, N)
 
 
 #: time per row of a 6 x 4-vector tile against a 4 x 4-vector one with two 512-bit FMA units
@@ -125,8 +142,11 @@ def _row_budget(vectors: int, info) -> int:
 
 
 def fit_rows(vectors: int, info, M: int | None = None) -> int:
-    """Rows of a register tile ``vectors`` wide: ``_row_budget``, at most 4 (and M's rows)."""
-    return max(1, min(4, _row_budget(vectors, info), M if M is not None else 4))
+    """Rows of a register tile ``vectors`` wide: ``_row_budget``, at most 4 with 32 registers
+    (6 there only by ``_pick_mb``'s rule) and 6 with 16, and at most M. With AVX2 on Zen 4,
+    6 x 2-vector tiles ran 0.89-0.96x the time of 4 x 2 (BERT/ViT GEMMs)."""
+    cap = 4 if info.vector_registers > 16 else 6
+    return max(1, min(cap, _row_budget(vectors, info), M if M is not None else cap))
 
 
 def _accumulators(vectors: int, info) -> int:
@@ -136,10 +156,9 @@ def _accumulators(vectors: int, info) -> int:
 
 def widest_tile(M: int, N: int, info) -> tuple[int, int]:
     """``(mb, nb)``: the register tile with the most accumulators (4 rows x 4 vectors with 32
-    registers, 4 x 3 with 16), narrowed to N's vectors and M's rows."""
+    registers, 4 x 3 or 6 x 2 with 16, the least padded), narrowed to N's vectors and M's rows."""
     lanes = info.lanes_f32
-    vectors = max((4, 3, 2, 1), key=lambda v: _accumulators(v, info))
-    nb = min(vectors * lanes, mm.ceil_to(N, lanes))
+    nb = min(_least_padded(_panel_options(info), N), mm.ceil_to(N, lanes))
     return fit_rows(nb // lanes, info, M), nb
 
 
@@ -327,7 +346,7 @@ def _batch_space(wl, target):
     M, N, K, _ = _batch_dims(wl)
     lanes = _lanes(target)
     return [TileConfig(mb=mb, nb=nb, parallel=par) for nb in (16, 24, 32, 64) if nb % lanes == 0
-            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in (1, 2, 3, 4, 6, 8) if mb <= max(M, 1)
+            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in ROW_OPTIONS if mb <= max(M, 1)
             for par in ("panels", "none")]
 
 
