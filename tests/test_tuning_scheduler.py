@@ -140,6 +140,51 @@ def test_model_pick_is_refused_unless_the_gain_beats_its_held_out_error(cpu_targ
     assert all(a.candidate != "cost model" for a in d.alternatives)
 
 
+class FavoursIm2col:
+    """A confident model (margin 10%) predicting the GEMM-form conv kernels (NCHW, never blocked)
+    10x faster than anything else."""
+
+    margin = 0.10
+    favoured = ("conv2d.im2col", "conv2d.pointwise")
+
+    def predict(self, wl, target, points):
+        return [0.1 if c.name in self.favoured else 1.0 for c, _ in points]
+
+
+def test_layout_plan_ignores_the_cost_model(cpu_target):
+    """The blocked-layout plan is the graph the tuner measured: a confident model's picks for the
+    plan's NCHW probes (workloads nobody measured) must not change it (a tuned ResNet-18 ran 1.19x
+    the untuned time with its stride-2 convs left NCHW for an unmeasured im2col kernel)."""
+    import tvm
+
+    from ext.frontend import from_torch
+    from ext.relax_passes.block_channels import BlockChannels
+
+    class Recording(Selector):
+        asked: list = []
+
+        def choose(self, wl, failed=None):
+            Recording.asked.append(wl)
+            return super().choose(wl, failed)
+
+    import torch
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, stride=2, padding=1),
+                        nn.ReLU(), nn.Conv2d(32, 64, 1, stride=2), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1)).eval()
+    mod = from_torch(net, (torch.randn(1, 16, 28, 28),))
+    model = FavoursIm2col()
+    with cpu_target:
+        plain = BlockChannels(cpu_target, Selector(cpu_target))(mod)
+        modeled = BlockChannels(cpu_target, Recording(cpu_target, model=model))(mod)
+    tvm.ir.assert_structural_equal(plain, modeled)
+    assert "NCHW8c" in plain.script() or "NCHW16c" in plain.script()  # a plan was made
+    # the model would have decided the plan's conv probes: the plan had a pick to ignore
+    assert Recording.asked and any(Selector(cpu_target, model=model).choose(wl).name in model.favoured
+                                   for wl in Recording.asked)
+
+
 def synthetic(target, shapes, reg):
     recs = []
     for M, N, K in shapes:

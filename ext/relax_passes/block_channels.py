@@ -363,8 +363,10 @@ def block_channels() -> bool:
 
 def BlockChannels(target, selector) -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     """CPU: keep the activations between convs in NCHW{lanes}c (see module doc); other targets
-    unchanged. ``selector`` (``strategies.Selector``) says which kernel each conv would get."""
+    unchanged. ``selector`` (``strategies.Selector``) says which kernel each conv would get; its
+    cost model is left out (``Selector.without_model``): the plan is what the tuner measured."""
     cpu = target is not None and target_kind(target).cpu
+    selector = selector.without_model()
 
     def transform(mod, _ctx):
         if not cpu:

@@ -18,6 +18,8 @@ the report lists our own kernels only); then
 """
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 from typing import Any, Protocol
 
@@ -86,6 +88,17 @@ class Selector:
                  libraries: bool = True, registry: Registry = REGISTRY, exact_specials: bool = False):
         self.target, self.history, self.model = target, history, model
         self.libraries, self.registry, self.exact_specials = libraries, registry, exact_specials
+
+    def without_model(self) -> "Selector":
+        """This selector with the tuning log but no cost model: for graph-level plans (the layout
+        plan of ``BlockChannels``), which decide the workloads the tuner measures; a model's pick
+        there would change the plan for a workload nobody measured, so a tuned build would not be
+        the graph that was tuned (a 240 s ResNet-18 run: its stride-2 convs kept NCHW for an
+        unmeasured im2col kernel the model favoured, and the tuned build ran 1.19x the untuned
+        time although the end-to-end check had dropped every tuned choice)."""
+        plain = copy.copy(self)
+        plain.model = None
+        return plain
 
     def _split(self, wl: Workload, failed: dict | None = None):
         usable, alts = [], []
