@@ -36,9 +36,7 @@ def _out_shape(wl: Workload):
 class CompiledCandidate:
     def __init__(self, cand: Candidate, wl: Workload, config, target: Target):
         self.cand, self.wl, self.config, self.target = cand, wl, config, target
-        with target:  # the computes read the target being built for (``elemwise.reciprocal``)
-            built = cand.build(wl, config, target)
-            funcs = cand.input_transforms(wl, config, target)
+        built, funcs = cand.build_all(wl, config, target)
         if isinstance(built, PackedCall):  # a vendor library: its packed function + our epilogue
             self.kernel = _LibraryKernel(built, target)
         else:

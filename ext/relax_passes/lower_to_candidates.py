@@ -163,7 +163,7 @@ class _Lower(PyExprMutator):
             key = (cand.name, wl.key, repr(config_to_dict(config)))
             try:
                 if key not in self.built:  # repeated layers share one build
-                    self.built[key] = (cand.build(wl, config, target), cand.input_transforms(wl, config, target))
+                    self.built[key] = cand.build_all(wl, config, target)
                 return decision, self.built[key]
             except Exception as err:  # a schedule that TVM rejects for this shape
                 first = (str(err).strip().splitlines() or [""])[-1][:160]

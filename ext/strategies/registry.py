@@ -144,6 +144,12 @@ class Candidate:
     def input_transforms(self, wl: Workload, config, target: Target) -> dict:
         return self.transforms(wl, config, target) if self.transforms else {}
 
+    def build_all(self, wl: Workload, config, target: Target) -> tuple:
+        """``(kernel, {input index: transform})`` built under ``target``: the computes read the
+        target being built for (``topi_kernels.elemwise.reciprocal``)."""
+        with target:
+            return self.build(wl, config, target), self.input_transforms(wl, config, target)
+
     def config_from_dict(self, data: dict):
         try:
             return self.config(**data)

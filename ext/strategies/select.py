@@ -19,7 +19,6 @@ the report lists our own kernels only); then
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 from typing import Any, Protocol
 

@@ -62,6 +62,9 @@ from __future__ import annotations
 import math
 
 from tvm import te, tirx
+from tvm.target import Target
+
+from ..host_cpu import cpu_info
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125  # 12 significant bits: n * LN2_HI is exact for |n| < 2^12
@@ -216,14 +219,8 @@ def _horner(coefs, z):
 def divides_fast(target=None) -> bool:
     """Whether ``reciprocal`` divides on ``target`` (default ``Target.current()``): an LLVM CPU
     target with vectors of 256 bits or fewer; False with no target, on AVX-512 and off the CPU."""
-    from tvm.target import Target
-
     target = target if target is not None else Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm":
-        return False
-    from ..target import cpu_info
-
-    return cpu_info(target).vector_bits <= 256
+    return target is not None and target.kind.name == "llvm" and cpu_info(target).vector_bits <= 256
 
 
 def reciprocal(q):

@@ -118,9 +118,8 @@ def build_library(task: dict, path: str) -> dict:
     from ..tir_schedules.common import param_shape
 
     wl, target, cand, config = _resolve(task)
-    with target:  # the computes read the target being built for (``elemwise.reciprocal``)
-        funcs = {"kernel": cand.build(wl, config, target).with_attr("global_symbol", "kernel")}
-        transforms = cand.input_transforms(wl, config, target)
+    kernel, transforms = cand.build_all(wl, config, target)
+    funcs = {"kernel": kernel.with_attr("global_symbol", "kernel")}
     shapes = {}
     for i, f in transforms.items():
         funcs[f"transform{i}"] = f.with_attr("global_symbol", f"transform{i}")
