@@ -120,7 +120,9 @@ def _pointwise_suits(wl, target):
 
 register(Candidate("conv2d.pointwise", ("llvm",), PLEVEL.BLOCKED, _pointwise_check, TileConfig,
                    space=_space, default=_default, build=_build("conv2d.pointwise"), transforms=_transforms,
-                   suits=_pointwise_suits, estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "pointwise")))
+                   suits=_pointwise_suits, estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "pointwise"),
+                   added_knobs=("order",)))
 register(Candidate("conv2d.im2col", ("llvm",), PLEVEL.DIRECT, _check, TileConfig, space=_space, default=_default,
                    build=_build("conv2d.im2col"), transforms=_transforms, suits=_im2col_suits,
-                   estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "im2col")))
+                   estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "im2col"),
+                   added_knobs=("order",)))
