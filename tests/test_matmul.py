@@ -236,3 +236,28 @@ def test_rows_order_where_a_outgrows_l2_and_b_fits():
     assert {c.order for c in packed.space(matmul_wl(784, 768, 192), t)} == {"panels"}
     with pytest.raises(ValueError, match="order"):
         TileConfig(order="columns")
+
+
+def test_records_from_before_the_order_knob_stay_valid(cpu_target):
+    """Every candidate whose configs are ``TileConfig`` accepts a logged config without ``order``
+    (written before the knob existed) as the ``order="panels"`` point."""
+    from conv2d_helpers import conv_wl
+
+    from ext.strategies.registry import config_to_dict
+    from ext.tir_schedules.cpu.matmul import TileConfig
+
+    cases = {"matmul.direct": matmul_wl(40, 50, 30), "matmul.packed": matmul_wl(40, 50, 30),
+             "matmul.gemv": matmul_wl(1, 50, 30), "matmul.batch": matmul_wl(40, 50, 30, batch=(2,)),
+             "conv2d.pointwise": conv_wl(1, 16, 9, 9, 24, 1, pad=0), "conv2d.im2col": conv_wl(1, 16, 9, 9, 24, 3)}
+    seen = set()
+    for cand in REGISTRY:
+        if cand.name not in cases:
+            continue
+        wl = cases[cand.name]
+        cfg = cand.default_config(wl, cpu_target)
+        assert isinstance(cfg, TileConfig) and cfg.order == "panels", (cand.name, cfg)
+        old = {k: v for k, v in config_to_dict(cfg).items() if k != "order"}
+        assert cand.config_problem(old, wl, cpu_target) is None, cand.name
+        assert cand.config_problem(dict(old, order="diagonal"), wl, cpu_target) is not None, cand.name
+        seen.add(cand.name)
+    assert seen == set(cases)

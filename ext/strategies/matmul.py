@@ -344,7 +344,7 @@ class _GemvConfig:
 
 register(Candidate("matmul.gemv", ("llvm",), PLEVEL.SPECIALIZED, _gemv_check, _GemvConfig,
                    space=_gemv_space, default=_gemv_default, build=_gemv_build, transforms=_gemv_transforms,
-                   suits=_gemv_suits))
+                   suits=_gemv_suits, added_knobs=("order",)))
 
 
 # -- matmul.batch ------------------------------------------------------------------------------
