@@ -248,7 +248,8 @@ def test_records_from_before_the_order_knob_stay_valid(cpu_target):
 
     cases = {"matmul.direct": matmul_wl(40, 50, 30), "matmul.packed": matmul_wl(40, 50, 30),
              "matmul.gemv": matmul_wl(1, 50, 30), "matmul.batch": matmul_wl(40, 50, 30, batch=(2,)),
-             "conv2d.pointwise": conv_wl(1, 16, 9, 9, 24, 1, pad=0), "conv2d.im2col": conv_wl(1, 16, 9, 9, 24, 3)}
+             "conv2d.pointwise": conv_wl(1, 16, 9, 9, 24, 1, pad=0), "conv2d.im2col": conv_wl(1, 16, 9, 9, 24, 3),
+             "matmul.packed_dyn": matmul_wl("n", 50, 30), "matmul.batch_dyn": matmul_wl("m", "n", 30, batch=(2,))}
     seen = set()
     for cand in REGISTRY:
         if cand.name not in cases:

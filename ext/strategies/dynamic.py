@@ -142,7 +142,8 @@ register(Candidate("matmul.packed_dyn", ("llvm",), PLEVEL.BLOCKED, _packed_check
                    space=lambda wl, t: _tile_space(_packed_dims(wl)[0], t),
                    default=lambda wl, t: _tile_default(*_packed_dims(wl), t), build=_packed_build,
                    transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)}, suits=_packed_suits,
-                   dynamic=("rows",)))
+                   dynamic=("rows",),
+                   added_knobs=("order",)))
 
 
 # -- matmul.batch_dyn ----------------------------------------------------------------------------
@@ -186,7 +187,8 @@ def _batch_build(wl, cfg: TileConfig, target):
 
 register(Candidate("matmul.batch_dyn", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
                    space=lambda wl, t: _tile_space(_batch_N(wl), t, pars=("panels",)), default=_batch_default,
-                   build=_batch_build, suits=_static_suits, dynamic=("rows", "cols", "reduction", "batch")))
+                   build=_batch_build, suits=_static_suits, dynamic=("rows", "cols", "reduction", "batch"),
+                   added_knobs=("order",)))
 
 
 # -- softmax.rowwise_dyn / layer_norm.fused_dyn --------------------------------------------------
