@@ -34,7 +34,7 @@ from ..topi_kernels import winograd as wg
 from ..topi_kernels.matmul import _i64, ceil_to
 from ..workload import Workload, channel_block, conv_dims
 from . import conv2d_cost as cost
-from .matmul import fit_rows, pick_nb
+from .matmul_tiles import fit_rows, pick_nb
 from .conv2d_cost import wino_tile  # noqa: F401 - the Winograd default config and tests use it
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes  # noqa: F401 - re-exported to the conv tables

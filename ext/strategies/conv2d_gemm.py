@@ -22,7 +22,7 @@ from ..topi_kernels import matmul as mm
 from ..topi_kernels.matmul import ceil_to
 from . import conv2d_cost as cost
 from .conv2d import check_common, geom, lanes, placeholders
-from .matmul import ROW_OPTIONS, widest_tile
+from .matmul_tiles import ROW_OPTIONS, widest_tile
 from .registry import PLEVEL, Candidate, register
 
 
@@ -120,9 +120,7 @@ def _pointwise_suits(wl, target):
 
 register(Candidate("conv2d.pointwise", ("llvm",), PLEVEL.BLOCKED, _pointwise_check, TileConfig,
                    space=_space, default=_default, build=_build("conv2d.pointwise"), transforms=_transforms,
-                   suits=_pointwise_suits, estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "pointwise"),
-                   added_knobs=("order",)))
+                   suits=_pointwise_suits, estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "pointwise")))
 register(Candidate("conv2d.im2col", ("llvm",), PLEVEL.DIRECT, _check, TileConfig, space=_space, default=_default,
                    build=_build("conv2d.im2col"), transforms=_transforms, suits=_im2col_suits,
-                   estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "im2col"),
-                   added_knobs=("order",)))
+                   estimate=lambda wl, t: cost.gemm_lowered(geom(wl), t, "im2col")))

@@ -52,7 +52,7 @@ from ..tir_schedules.cpu.conv2d import DirectConfig
 from ..topi_kernels import conv2d as cv
 from ..workload import Workload
 from . import conv2d as conv
-from .matmul import ROW_OPTIONS, fit_rows, pick_nb, widest_tile
+from .matmul_tiles import ROW_OPTIONS, fit_rows, pick_nb, widest_tile
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
 
@@ -142,8 +142,7 @@ register(Candidate("matmul.packed_dyn", ("llvm",), PLEVEL.BLOCKED, _packed_check
                    space=lambda wl, t: _tile_space(_packed_dims(wl)[0], t),
                    default=lambda wl, t: _tile_default(*_packed_dims(wl), t), build=_packed_build,
                    transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)}, suits=_packed_suits,
-                   dynamic=("rows",),
-                   added_knobs=("order",)))
+                   dynamic=("rows",)))
 
 
 # -- matmul.batch_dyn ----------------------------------------------------------------------------
@@ -187,8 +186,7 @@ def _batch_build(wl, cfg: TileConfig, target):
 
 register(Candidate("matmul.batch_dyn", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
                    space=lambda wl, t: _tile_space(_batch_N(wl), t, pars=("panels",)), default=_batch_default,
-                   build=_batch_build, suits=_static_suits, dynamic=("rows", "cols", "reduction", "batch"),
-                   added_knobs=("order",)))
+                   build=_batch_build, suits=_static_suits, dynamic=("rows", "cols", "reduction", "batch")))
 
 
 # -- softmax.rowwise_dyn / layer_norm.fused_dyn --------------------------------------------------

@@ -26,6 +26,7 @@ from ..topi_kernels import matmul as mm
 from ..workload import Workload
 from .registry import PLEVEL, Candidate, register
 from ._util import lanes as _lanes
+from .matmul_tiles import ROW_OPTIONS, ordered, pick_mb, pick_nb, rows_order_points, widest_tile
 
 #: below this many flops the direct kernel wins: packing and threading overheads dominate
 SMALL_FLOPS = 2 ** 21
@@ -79,11 +80,6 @@ def _direct_suits(wl, target):
     return None
 
 
-#: rows per register tile the tile spaces hold: every default ``fit_rows`` gives (up to 6, or M
-#: when smaller) and 8
-ROW_OPTIONS = (1, 2, 3, 4, 5, 6, 8)
-
-
 def _tile_space(wl, target, nbs=(16, 24, 32, 48, 64, 96), mbs=ROW_OPTIONS):
     M, N, K = dims(wl)
     lanes, info = _lanes(target), cpu_info(target)
@@ -91,124 +87,21 @@ def _tile_space(wl, target, nbs=(16, 24, 32, 48, 64, 96), mbs=ROW_OPTIONS):
     for nb in nbs:
         if nb % lanes or nb > max(lanes, mm.ceil_to(N, lanes)):
             continue
-        for mb in mbs:
-            if mb > max(1, M):
-                continue
-            for par in ("panels", "tiles", "none"):
-                out.append(TileConfig(mb=mb, nb=nb, parallel=par))
-            if _rows_possible(N, K, nb, info):
-                out += [TileConfig(mb=mb, nb=nb, parallel=par, order="rows") for par in ("tiles", "none")]
+        for mb in (m for m in mbs if m <= max(1, M)):
+            out += [TileConfig(mb=mb, nb=nb, parallel=par) for par in ("panels", "tiles", "none")]
+            out += rows_order_points(mb, nb, N, K, info)
     return out
-
-
-def _rows_possible(N: int, K: int, nb: int, info) -> bool:
-    """``order="rows"`` is worth a point: two panels or more (one panel: both orders are the same
-    loop nest), and B, padded to whole ``nb`` panels, fits in half of L2 (the rest holds A's row
-    tiles and the output)."""
-    return mm.ceil_to(N, nb) > nb and K * mm.ceil_to(N, nb) * 4 <= info.l2_bytes // 2
-
-
-def pick_order(M: int, N: int, K: int, nb: int, info) -> str:
-    """``"rows"`` (row tiles outside the panels: A read once) where ``_rows_possible`` and A
-    (M x K) is larger than half of L2; else ``"panels"`` (A read once per panel). On an AVX2
-    Zen 4 guest (1 MB L2, interleaved, one kernel): P @ V over 1500 tokens (6 x 1500 x 1500 x
-    64) 0.85x the time, 3136 x 64 x 256 0.84-0.88x, 3136 x 96 x 384 0.95x, an A of 4.8 MB with
-    96 columns 0.99-1.03x; with B past L2 (784 x 192 x 768, B 590 KB) no gain."""
-    return "rows" if M * K * 4 > info.l2_bytes // 2 and _rows_possible(N, K, nb, info) else "panels"
-
-
-def _panel_options(info, nb_max: int = 64) -> list[int]:
-    """Panel widths of up to 4 vectors, the register tile with the most accumulators first (the
-    widest on ties): 4 vectors x 4 rows with 32 registers; with 16, 3 x 4 and 2 x 6 (12 each;
-    4 x 2 would leave 4 idle, and 3 x 24 ran 1.4x as fast as 2 x 32 on BERT/ViT GEMMs)."""
-    lanes = info.lanes_f32
-    return sorted((v * lanes for v in (4, 3, 2, 1) if v * lanes <= nb_max),
-                  key=lambda nb: -_accumulators(nb // lanes, info))
-
-
-def _least_padded(options: list[int], N: int) -> int:
-    """The first of ``options`` unless a later one pads N to at least 5% fewer columns (48 beats
-    64 when N = 333: 336 vs 384 columns; 16 beats 24 when N = 64: attention's P @ V with 64-wide
-    heads, 6 x 16 tiles 0.82x the time of 4 x 24 ones, which computed 72 columns)."""
-    best = options[0]
-    for nb in options[1:]:
-        if mm.ceil_to(N, nb) < 0.95 * mm.ceil_to(N, best):
-            best = nb
-    return best
-
-
-def pick_nb(N: int, K: int, info, nb_max: int = 64) -> int:
-    """Panel width: ``_panel_options`` whose panel of B (K x nb) fits in L2 and is no wider
-    than N's vectors, the least padded (``_least_padded``)."""
-    lanes = info.lanes_f32
-    options = _panel_options(info, nb_max)
-    fits = [nb for nb in options if K * nb * 4 <= info.l2_bytes] or [lanes]
-    fits = [nb for nb in fits if nb <= mm.ceil_to(N, lanes)] or [min(fits)]
-    return _least_padded(fits, N)
-
-
-#: time per row of a 6 x 4-vector tile against a 4 x 4-vector one with two 512-bit FMA units
-#: (``scripts/bench_gemm.py`` shapes and BERT/ViT/ConvNeXt's, interleaved on an Emerald Rapids
-#: VM: 0.89-0.97 from M = 49 up, e.g. 128x3072x768 0.90, 1024^3 0.89; 32x4096x4096 1.03)
-SIX_ROW_TIME = 0.92
-
-
-def _row_budget(vectors: int, info) -> int:
-    """Rows whose ``rows * vectors`` accumulators + one B row + a broadcast of A fit the vector
-    registers (32 zmm with AVX-512, 16 ymm otherwise)."""
-    return (info.vector_registers - vectors - 1) // vectors
-
-
-def fit_rows(vectors: int, info, M: int | None = None) -> int:
-    """Rows of a register tile ``vectors`` wide: ``_row_budget``, at most 4 with 32 registers
-    (6 there only by ``_pick_mb``'s rule) and 6 with 16, and at most M. With AVX2 on Zen 4,
-    6 x 2-vector tiles ran 0.89-0.96x the time of 4 x 2 (BERT/ViT GEMMs)."""
-    cap = 4 if info.vector_registers > 16 else 6
-    return max(1, min(cap, _row_budget(vectors, info), M if M is not None else cap))
-
-
-def _accumulators(vectors: int, info) -> int:
-    """Accumulator registers of a register tile ``vectors`` wide on a tall M."""
-    return vectors * fit_rows(vectors, info)
-
-
-def widest_tile(M: int, N: int, info) -> tuple[int, int]:
-    """``(mb, nb)``: the register tile with the most accumulators (4 rows x 4 vectors with 32
-    registers, 4 x 3 or 6 x 2 with 16, the least padded), narrowed to N's vectors and M's rows."""
-    lanes = info.lanes_f32
-    nb = min(_least_padded(_panel_options(info), N), mm.ceil_to(N, lanes))
-    return fit_rows(nb // lanes, info, M), nb
-
-
-def _pick_mb(M: int, nb: int, info) -> int:
-    """Rows per register tile: ``fit_rows``, or 6 rows of 4-vector panels with two 512-bit FMA
-    units (24 accumulators: each loaded B vector feeds 6 FMAs instead of 4, and a panel is
-    streamed from L2 for M/6 row tiles, not M/4) unless padding M to sixes costs more than the
-    tile saves."""
-    vectors = max(1, nb // info.lanes_f32)
-    mb = fit_rows(vectors, info, M)
-    if (info.two_fma512 and vectors == 4 and _row_budget(vectors, info) >= 6 and M >= 6
-            and mm.ceil_to(M, 6) * SIX_ROW_TIME < mm.ceil_to(M, mb)):
-        return 6
-    return mb
 
 
 def _tile_default(wl, target, nb_max: int = 64):
     M, N, K = dims(wl)
     info = cpu_info(target)
     nb = pick_nb(N, K, info, nb_max)
-    mb = _pick_mb(M, nb, info)
+    mb = pick_mb(M, nb, info)
     panels = mm.ceil_to(N, nb) // nb
     # too few panels to keep every core busy: split row tiles across threads too
-    par = "panels" if panels >= 4 * cpu_info(target).cores else "tiles"
-    return _ordered(TileConfig(mb=mb, nb=nb, parallel="none" if wl.flops < SERIAL_FLOPS else par), M, N, K, info)
-
-
-def _ordered(cfg: TileConfig, M: int, N: int, K: int, info) -> TileConfig:
-    """``cfg`` with ``pick_order``'s loop order; threads split row tiles (``"tiles"``) in rows order."""
-    if pick_order(M, N, K, cfg.nb, info) == "panels":
-        return cfg
-    return TileConfig(mb=cfg.mb, nb=cfg.nb, parallel="none" if cfg.parallel == "none" else "tiles", order="rows")
+    par = "panels" if panels >= 4 * info.cores else "tiles"
+    return ordered(TileConfig(mb=mb, nb=nb, parallel="none" if wl.flops < SERIAL_FLOPS else par), M, N, K, info)
 
 
 def _direct_build(wl, cfg: TileConfig, target):
@@ -222,8 +115,7 @@ def _direct_build(wl, cfg: TileConfig, target):
 
 
 register(Candidate("matmul.direct", ("llvm",), PLEVEL.DIRECT, _direct_check, TileConfig,
-                   space=_tile_space, default=_tile_default, build=_direct_build, suits=_direct_suits,
-                   added_knobs=("order",)))
+                   space=_tile_space, default=_tile_default, build=_direct_build, suits=_direct_suits))
 
 
 # -- matmul.packed -----------------------------------------------------------------------------
@@ -270,8 +162,7 @@ def _packed_suits(wl, target):
 
 register(Candidate("matmul.packed", ("llvm",), PLEVEL.BLOCKED, _packed_check, TileConfig,
                    space=_tile_space, default=_tile_default, build=_packed_build, suits=_packed_suits,
-                   transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)},
-                   added_knobs=("order",)))
+                   transforms=lambda wl, cfg, t: {1: _pack_func(wl, cfg.nb, t)}))
 
 
 # -- matmul.gemv -------------------------------------------------------------------------------
@@ -338,13 +229,15 @@ def _gemv_transforms(wl, cfg, target):
 class _GemvConfig:
     """Config factory: a ``DotConfig`` or ``TileConfig`` from its fields."""
 
+    added_knobs = TileConfig.added_knobs
+
     def __new__(cls, **fields):
         return DotConfig(**fields) if "rows" in fields else TileConfig(**fields)
 
 
 register(Candidate("matmul.gemv", ("llvm",), PLEVEL.SPECIALIZED, _gemv_check, _GemvConfig,
                    space=_gemv_space, default=_gemv_default, build=_gemv_build, transforms=_gemv_transforms,
-                   suits=_gemv_suits, added_knobs=("order",)))
+                   suits=_gemv_suits))
 
 
 # -- matmul.batch ------------------------------------------------------------------------------
@@ -367,16 +260,18 @@ def _batch_default(wl, target):
     M, N, K, nbatch = _batch_dims(wl)
     info = cpu_info(target)
     mb, nb = widest_tile(M, N, info)
-    return _ordered(TileConfig(mb=mb, nb=nb, parallel="none" if wl.flops < SERIAL_FLOPS else "panels"), M, N, K, info)
+    return ordered(TileConfig(mb=mb, nb=nb, parallel="none" if wl.flops < SERIAL_FLOPS else "panels"), M, N, K, info)
 
 
 def _batch_space(wl, target):
     M, N, K, _ = _batch_dims(wl)
     lanes, info = _lanes(target), cpu_info(target)
-    return [TileConfig(mb=mb, nb=nb, parallel=par, order=order) for nb in (16, 24, 32, 64) if nb % lanes == 0
-            and nb <= max(lanes, mm.ceil_to(N, lanes)) for mb in ROW_OPTIONS if mb <= max(M, 1)
-            for order, pars in (("panels", ("panels", "none")), ("rows", ("tiles", "none")))
-            if order == "panels" or _rows_possible(N, K, nb, info) for par in pars]
+    out = []
+    for nb in (n for n in (16, 24, 32, 64) if n % lanes == 0 and n <= max(lanes, mm.ceil_to(N, lanes))):
+        for mb in (m for m in ROW_OPTIONS if m <= max(M, 1)):
+            out += [TileConfig(mb=mb, nb=nb, parallel=par) for par in ("panels", "none")]
+            out += rows_order_points(mb, nb, N, K, info)
+    return out
 
 
 def _batch_cols(wl, cfg) -> int:
@@ -415,5 +310,4 @@ def _batch_build(wl, cfg: TileConfig, target):
 
 register(Candidate("matmul.batch", ("llvm",), PLEVEL.BLOCKED, _batch_check, TileConfig,
                    space=_batch_space, default=_batch_default, build=_batch_build, transforms=_batch_transforms,
-                   version=2,
-                   added_knobs=("order",)))
+                   version=2))

@@ -102,7 +102,8 @@ class Candidate:
     library: str | None = None
     #: knobs added after tuning records were written without them: such a record gets the config
     #: class's default for the knob (the kernel's behaviour before the knob existed); any other
-    #: missing knob makes a record invalid
+    #: missing knob makes a record invalid. A config class shared by many candidates declares its
+    #: own (an ``added_knobs`` class attribute), which count for each of them
     added_knobs: tuple = ()
     #: roles of the dimensions this kernel may take symbolic (``("rows",)``: M of a GEMM left to run
     #: time; ``_symbolic.py`` names each family's roles); empty: static shapes only. ``applies``
@@ -184,7 +185,8 @@ class Candidate:
 
     def _with_added_knobs(self, data: dict) -> dict:
         """``data`` plus the config class's defaults of the ``added_knobs`` it lacks."""
-        missing = [k for k in self.added_knobs if k not in data]
+        added = self.added_knobs + tuple(getattr(self.config, "added_knobs", ()))
+        missing = [k for k in added if k not in data]
         if not missing:
             return data
         try:

@@ -24,6 +24,7 @@ axis split into ``lanes``-wide vectors with one partial-sum vector per row
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from tvm import s_tir, tirx
 
@@ -51,6 +52,8 @@ class TileConfig:
     nb: int = 64
     parallel: str = "panels"
     order: str = "panels"
+    #: knobs tuning records may lack (written before the knob existed): see ``Candidate.added_knobs``
+    added_knobs: ClassVar[tuple] = ("order",)
 
     def __post_init__(self):
         if self.order not in ("panels", "rows"):
