@@ -126,6 +126,26 @@ def test_kernel_analysis_rejects_shifted_reads():
     assert inplace_kernel(te.create_prim_func([A, transposed]), 0) is None
 
 
+def test_kernel_of_many_blocks_is_left_as_it_is():
+    """Inlining n blocks costs O(n^2): Mamba's unrolled scan fused into ~60-block kernels and the
+    analysis took 41 s of a 45 s build. Past MAX_INPLACE_BLOCKS the kernel keeps its own output;
+    a chain of the same kind below it still runs in place."""
+    from ext.relax_passes.inplace import MAX_INPLACE_BLOCKS
+
+    def chain(n):
+        A = te.placeholder((8, 8), name="A")
+        def step(t, k):
+            return te.compute((8, 8), lambda i, j: t[i, j] * 2.0 + 1.0, name=f"T{k}")
+
+        t = A
+        for k in range(n):
+            t = step(t, k)
+        return te.create_prim_func([A, t])
+
+    assert inplace_kernel(chain(MAX_INPLACE_BLOCKS), 0) is not None
+    assert inplace_kernel(chain(MAX_INPLACE_BLOCKS + 1), 0) is None
+
+
 def test_inplace_over_second_input_when_both_inputs_share_a_name():
     """Found by the fuzzer: relu(x) is used twice, so add(v1, softmax(relu(v1))) writes over its
     second input; both fused inputs are named ``lv`` (printed lv, lv_1), and the kernel aliased

@@ -58,6 +58,11 @@ ROW_INPLACE = "ext.row_inplace"
 #: composes their ``//`` and ``%`` indices, doubling per block (a kernel of 22 reshapes and adds:
 #: 9 s here); the copies it looks for are two or three blocks
 MAX_RESHAPE_BLOCKS = 6
+#: ``inplace_kernel`` gives up on unscheduled kernels of more blocks than this: each
+#: ``compute_inline`` rescans the whole function, so inlining n blocks costs O(n^2) (Mamba's
+#: 64-step selective scan, unrolled by ``torch.export``, fuses into kernels of ~60 blocks: 41 s of
+#: a 45 s build); fused element-wise kernels of the zoo's models have at most 11
+MAX_INPLACE_BLOCKS = 24
 
 
 def _inline_all(func, max_blocks: int | None = None) -> tuple | None:
@@ -122,7 +127,7 @@ def inplace_kernel(func, index: int):
         if rows is None or index not in [int(i) for i in rows] or not _same_buffer_type(x_buf, out_buf):
             return None
         return _alias_output(func, index)
-    found = _inline_all(func)
+    found = _inline_all(func, MAX_INPLACE_BLOCKS)
     if found is None:
         return None
     sch, blk = found
