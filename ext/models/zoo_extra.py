@@ -172,6 +172,15 @@ def _videomae(gen):
     return tf.VideoMAEModel(cfg), (torch.randn(1, 8, 3, 224, 224, generator=gen),), "last_hidden_state"
 
 
+@_extra("detr_r50", "vision", "DETR with a ResNet-50 backbone (transformers' own, no timm), 2+2 layers, 320x320")
+def _detr(gen):
+    import transformers as tf
+
+    cfg = _eager(tf.DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, encoder_layers=2,
+                               decoder_layers=2, backbone_config=tf.ResNetConfig(out_features=["stage4"])))
+    return tf.DetrModel(cfg), _image(gen, 320), "last_hidden_state"
+
+
 # ----------------------------------------------------------------------------- audio
 def _audio(name: str, what: str, config: str, model: str, kw: dict, shape: tuple, field: str = "last_hidden_state"):
     def build(gen):
@@ -188,6 +197,8 @@ _audio("wavlm_6l", "WavLM, 6 layers (gated relative position bias), 1 s", "WavLM
        dict(num_hidden_layers=6), (1, 16000))
 _audio("wav2vec2_conformer_6l", "Wav2Vec2-Conformer, 6 layers (relative attention, depthwise conv1d, GLU), 1 s",
        "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerModel", dict(num_hidden_layers=6), (1, 16000))
+_audio("sew_4l", "SEW (squeezed wav2vec2: downsampled attention, upsampling), 4 layers, 1 s", "SEWConfig", "SEWModel",
+       dict(num_hidden_layers=4), (1, 16000))
 _audio("ast_6l", "Audio Spectrogram Transformer, 384 wide, 6 layers, 512 x 128 filterbank", "ASTConfig", "ASTModel",
        dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=6, intermediate_size=1536, max_length=512),
        (1, 512, 128))
@@ -215,6 +226,17 @@ _text("phi_6l", "Phi, 512 wide, 6 layers (partial rotary, parallel block)", "Phi
       dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
 _text("pythia_6l", "GPT-NeoX / Pythia, 512 wide, 6 layers", "GPTNeoXConfig", "GPTNeoXModel",
       dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048, use_cache=False))
+# stop 49's probe of unseen decoders (all matched; Mamba's build took 45 s before the in-place block cap)
+_text("gemma2_4l", "Gemma 2, 512 wide, 4 layers (logit soft-capping, sliding-window layers, GQA)", "Gemma2Config",
+      "Gemma2Model", dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                          head_dim=64, intermediate_size=1408, sliding_window=64, use_cache=False))
+_text("mpt_4l", "MPT, 512 wide, 4 layers (ALiBi, no biases)", "MptConfig", "MptModel",
+      dict(d_model=512, n_layers=4, n_heads=8, use_cache=False))
+_text("modernbert_4l", "ModernBERT, 512 wide, 4 layers (alternating local/global attention, GeGLU)", "ModernBertConfig",
+      "ModernBertModel", dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=1024,
+                              pad_token_id=0))
+_text("mamba_2l", "Mamba, 256 wide, 2 layers (selective scan, unrolled over 64 tokens by torch.export)", "MambaConfig",
+      "MambaModel", dict(hidden_size=256, num_hidden_layers=2, state_size=16, use_cache=False), seq=64)
 
 
 # ----------------------------------------------------------------------------- plain PyTorch (stop 36)
