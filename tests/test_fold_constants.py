@@ -72,6 +72,9 @@ def test_twin_is_bit_identical_to_the_compiled_transform(case):
     twin = host.run(func, [w])
     assert twin.shape == tuple(shape) and twin.dtype == np.float32
     assert np.array_equal(twin.view(np.uint32), got.numpy().view(np.uint32)), "twin differs from the compiled transform"
+    # folds hand twins views (a folded transpose is not copied): a non-contiguous input, same bits
+    strided = host.run(func, [np.asfortranarray(w)] if w.ndim > 1 else [w])
+    assert np.array_equal(strided.view(np.uint32), twin.view(np.uint32)), "twin depends on its input's strides"
 
 
 def _bn_module():

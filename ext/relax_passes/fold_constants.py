@@ -31,7 +31,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_ffi import structural_hash
 
 from ..topi_kernels import host
-from .fold_numpy import CREATION_LIMIT, NUMPY, NUMPY_TUPLE, TUPLE_PARAMS, contiguous, out_shape
+from .fold_numpy import CREATION_LIMIT, NUMPY, NUMPY_TUPLE, TUPLE_PARAMS, constant, contiguous, host_array, out_shape
 
 _Const = tvm.ir.expr.Constant
 
@@ -94,7 +94,7 @@ class _Folder:
     def __init__(self, mod: tvm.IRModule):
         self.mod = mod
         self.consts: dict = {}  # relax.Var -> numpy array
-        self._arrays: dict = {}  # relax constant -> its numpy copy, made once (rounds revisit weights)
+        self._arrays: dict = {}  # relax constant -> its read-only numpy view, made once (rounds revisit weights)
 
     def _value(self, expr):
         if isinstance(expr, _Const):
@@ -107,7 +107,7 @@ class _Folder:
         if not hasattr(const.value, "numpy"):
             return None
         if const not in self._arrays:
-            self._arrays[const] = const.value.numpy()
+            self._arrays[const] = host_array(const.value)
         return self._arrays[const]
 
     def _inputs(self, exprs) -> list | None:
@@ -173,13 +173,13 @@ class _Folder:
             return  # not evaluated here: left to stock FoldConstant
         args = list(value.args)
         for i, v in zip(tensors, inputs):
-            args[i] = relax.const(v, str(v.dtype))
+            args[i] = constant(v)
         self._legalize(var, relax.Call(value.op, args, value.attrs, value.ty_args), value.ty, pending)
 
     def _legalize(self, var, call, ty, pending: list) -> None:
         leg = _legalized(call)
         if leg is not None:
-            pending.append((var, leg[0], [c.value.numpy() for c in leg[1]], ty))
+            pending.append((var, leg[0], [host_array(c.value) for c in leg[1]], ty))
 
     def _visit_tuple_call(self, var, value, pending: list) -> None:
         """An op taking a tuple of tensors (``concat``, ``index_tensor``): folded when every field
@@ -192,13 +192,13 @@ class _Folder:
                 vals = self._inputs(a.fields)
                 if vals is None:
                     return
-                args.append(relax.Tuple([relax.const(v, str(v.dtype)) for v in vals]))
+                args.append(relax.Tuple([constant(v) for v in vals]))
                 arrays.append(vals)
             elif isinstance(a.ty, relax.TensorType):
                 vals = self._inputs([a])
                 if vals is None:
                     return
-                args.append(relax.const(vals[0], str(vals[0].dtype)))
+                args.append(constant(vals[0]))
                 arrays.append(vals[0])
             else:
                 args.append(a)
@@ -232,7 +232,7 @@ class _Folder:
             rt, symbol = built[key]
             out = tvm.runtime.empty(tuple(int(d) for d in ty.shape), str(ty.dtype), tvm.cpu())
             rt[symbol](*[tvm.runtime.tensor(contiguous(i)) for i in inputs], out)
-            self.consts[var] = out.numpy()
+            self.consts[var] = host_array(out)
 
 
 @mutator
@@ -241,7 +241,7 @@ class _Substitute(PyExprMutator):
 
     def __init__(self, mod, consts: dict):
         super().__init__(mod)
-        self.consts = {var: relax.const(v, str(v.dtype)) for var, v in consts.items()}
+        self.consts = {var: constant(v) for var, v in consts.items()}
 
     def visit_var_(self, op):
         return self.consts.get(op, op)

@@ -57,7 +57,10 @@ def run(func, inputs: list) -> np.ndarray | None:
 
 
 def _pad_to(x: np.ndarray, shape) -> np.ndarray:
-    """``x`` in the corner of a zero array of ``shape`` (+0.0 padding, as the computes write)."""
+    """``x`` in the corner of a zero array of ``shape`` (+0.0 padding, as the computes write);
+    ``x`` itself when it has that shape (the callers' layout change copies it anyway)."""
+    if tuple(x.shape) == tuple(shape):
+        return x
     out = np.zeros(shape, x.dtype)
     out[tuple(slice(0, d) for d in x.shape)] = x
     return out
@@ -66,10 +69,14 @@ def _pad_to(x: np.ndarray, shape) -> np.ndarray:
 @twin("matmul.pack")
 def pack_weight(B: np.ndarray, *, N: int, nb: int, layout: str) -> np.ndarray:
     """``Bp[p, k, l] = B(k, p*nb + l)``, zero past ``N`` (``topi_kernels.matmul.pack_weight``)."""
-    kn = B if layout == "kn" else B.T
-    K = kn.shape[0]
-    P = -(-N // nb)
-    return np.ascontiguousarray(_pad_to(kn, (K, P * nb)).reshape(K, P, nb).transpose(1, 0, 2))
+    kn = B if layout == "kn" else B.T  # a view: B may itself be a view (a folded transpose)
+    K, full, P = kn.shape[0], N // nb, -(-N // nb)
+    out = np.empty((P, K, nb), B.dtype)  # one copy, panel by panel, whatever B's strides
+    out[:full] = kn[:, :full * nb].reshape(K, full, nb).transpose(1, 0, 2)
+    if P > full:
+        out[full] = 0
+        out[full, :, :N - full * nb] = kn[:, full * nb:N]
+    return out
 
 
 @twin("matmul.batch_operand")
