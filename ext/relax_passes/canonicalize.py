@@ -30,6 +30,7 @@ from .nan_order import NaNLastSort
 from .pool3d import MaxPool3dToPool2d
 from .slice_bounds import ProveSliceBounds
 from .top_one import TopOneToReduce
+from .lifted import LiftedPass
 from .unflatten_linear import UnflattenLinear
 
 
@@ -63,7 +64,7 @@ def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
         relax.transform.CanonicalizeBindings(),
         # reshape(reshape(x)) -> reshape(x), a reshape to the same shape dropped: a chain of them
         # fused into one kernel composed its div/mod indices, doubling per reshape (20: 79 s)
-        relax.transform.RemoveRedundantReshape(),
+        LiftedPass(relax.transform.RemoveRedundantReshape()),  # types only: weights lifted out
         relax.transform.DeadCodeElimination(),
         TopOneToReduce(),  # torch.max(x, dim).values: a max, once the unread indices are gone
         NaNLastSort(),  # the sorts left: NaN above every number
