@@ -7,6 +7,8 @@ Stages (a flat, named sequence)::
                        on int8, FoldConstant, CSE, DCE
     LayoutPolicy       CPU: conv2d to NCHW (blocking happens inside kernels); cancel transpose pairs
     CheckTakeIndices   (CPU) runtime indices of take (embeddings, Gather) asserted in range: IndexError
+    FuseExpertGather   (CPU) matmul(take(w, ids), v) (mixture-of-experts, batched_mm) reads w[ids]
+                       in place instead of copying a matrix per row
     SettleComputedDims a ceil-mode pool on a symbolic size as an exact floor-mode pool, or its
                        extent a fresh symbol: stock fusion stops on the if_then_else it infers
     FuseEpilogues      anchor + bias + activation + residual -> "ext.*" composites
@@ -50,6 +52,7 @@ from .relax_passes.lift_params import LiftWeightTransforms, param_specs
 from .relax_passes.merge_groups import MergeNarrowGroups
 from .relax_passes.inplace import UseInplaceCalls
 from .relax_passes.kv_append import FuseCacheAppend
+from .relax_passes.expert_matmul import FuseExpertGather
 from .relax_passes.noalias import MarkNoAlias
 from .relax_passes.symbolic_views import legalize_passes
 from .progress import BuildProgress, stage
@@ -106,7 +109,7 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         with tgt:
             seq = tvm.transform.Sequential([
                 stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
-                      + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices()]
+                      + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices(), FuseExpertGather(tgt)]
                          if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])
                       + [SettleComputedDims(), rp.FuseEpilogues(cpu=cpu_target, target=tgt)]),

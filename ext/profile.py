@@ -14,10 +14,17 @@ import time
 from .strategies import REGISTRY
 
 
+#: kernels a graph pass emits itself, outside the registry (a reading order, not a tiling)
+PASS_KERNELS = ("expert_matmul", "kv_append")
+
+
 def candidate_of(symbol: str) -> str:
     """The candidate a kernel symbol belongs to (``fallback`` / ``vm`` otherwise)."""
     if symbol.startswith("vm.builtin") or symbol.startswith("vm."):
         return "vm"
+    for stem in PASS_KERNELS:
+        if symbol.startswith(stem):
+            return stem
     best = ""
     for cand in REGISTRY:
         stem = cand.name.replace(".", "_")

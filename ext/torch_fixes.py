@@ -101,6 +101,9 @@ def as_pytorch_computes(ep) -> None:
       int64 tensors as integers (``arange(8) / 2`` came out truncated: a silent wrong answer),
       rejected ``log`` of int64 (DeBERTa-v2's log-bucketed relative positions failed to import)
       and mixed dtypes in ``where``.
+    * ``topk(..., sorted=False)`` becomes ``sorted=True``: PyTorch leaves the order of an
+      unsorted top-k unspecified, so the sorted order is one it may return; the importer
+      rejected unsorted top-k outright (DeepSeek-V3's expert-group routing failed to import).
     """
     import torch
 
@@ -118,6 +121,8 @@ def as_pytorch_computes(ep) -> None:
             _repeat_as_expand(node)
         elif node.target is torch.ops.aten.grid_sampler_2d.default:
             _grid_channels_first(ep.graph, node)
+        elif node.target is torch.ops.aten.topk.default and len(node.args) > 4 and not node.args[4]:
+            node.args = (*node.args[:4], True, *node.args[5:])
         elif node.target is torch.ops.aten.div.Tensor_mode and isinstance(node.args[1], int):
             val = getattr(node.args[0], "meta", {}).get("val")
             if val is not None and val.dtype.is_floating_point:  # the importer made the int an int32 constant

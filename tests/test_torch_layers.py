@@ -69,6 +69,9 @@ CASES = {
     "int_float_scalars": (lambda: Call(lambda m, x: x + torch.arange(8) * 0.5 + (1.5 - torch.arange(8)) + torch.arange(8) ** 0.5
                                        + (x > 0) * 0.25), [(2, 8)]),
     "where_int_float": (lambda: Call(lambda m, x: torch.where(x > 0, torch.arange(8), x)), [(2, 8)]),
+    # an unsorted top-k (DeepSeek-V3's group routing): the importer rejected sorted=False
+    "topk_unsorted_mask": (lambda: Call(lambda m, x: torch.zeros_like(x).scatter(-1, torch.topk(x, 3, -1, sorted=False).indices, 1.0) * x
+                                        + torch.topk(x, 2, 0, largest=False, sorted=False).values.sum(0)), [(4, 9)]),
     # log of int64 was rejected by Relax (DeBERTa-v2's log-bucketed relative positions)
     "log_of_int": (lambda: Call(lambda m, x: x + torch.log(torch.arange(1, 9)) + torch.sqrt(torch.arange(8))
                                 + torch.exp(-torch.arange(8))), [(2, 8)]),

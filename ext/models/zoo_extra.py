@@ -237,6 +237,15 @@ _text("modernbert_4l", "ModernBERT, 512 wide, 4 layers (alternating local/global
                               pad_token_id=0))
 _text("mamba_2l", "Mamba, 256 wide, 2 layers (selective scan, unrolled over 64 tokens by torch.export)", "MambaConfig",
       "MambaModel", dict(hidden_size=256, num_hidden_layers=2, state_size=16, use_cache=False), seq=64)
+_text("mixtral_4l", "Mixtral, 512 wide, 4 layers (8 experts, 2 per token: FuseExpertGather)", "MixtralConfig",
+      "MixtralModel", dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                           intermediate_size=1024, num_local_experts=8, num_experts_per_tok=2, use_cache=False))
+_text("deepseek_v3_4l", "DeepSeek-V3, 512 wide, 4 layers (latent attention, grouped expert routing with an "
+      "unsorted top-k, a shared expert)", "DeepseekV3Config", "DeepseekV3Model",
+      dict(hidden_size=512, num_hidden_layers=4, first_k_dense_replace=1, num_attention_heads=8,
+           num_key_value_heads=8, intermediate_size=1024, moe_intermediate_size=256, n_routed_experts=16,
+           num_experts_per_tok=4, n_group=4, topk_group=2, q_lora_rank=128, kv_lora_rank=64,
+           qk_rope_head_dim=16, qk_nope_head_dim=48, v_head_dim=64, use_cache=False))
 
 
 # ----------------------------------------------------------------------------- plain PyTorch (stop 36)
