@@ -15,9 +15,10 @@ import operator
 #: transformers' mixture-of-experts layers run their experts with ``grouped_mm`` by default:
 #: tokens sorted by expert, offsets counted with ``histc``, a custom op over data-dependent
 #: groups, none of which TVM's importer takes. ``batched_mm``, transformers' own alternative,
-#: runs every expert on every token and keeps the routing weights (zero for experts not
-#: chosen): the same result from static shapes, at (experts / experts per token) times the
-#: expert layers' work.
+#: gives each (token, chosen expert) pair its expert's matrices by ``take`` and multiplies them
+#: in one batched product: the same result from static shapes. ``FuseExpertGather``
+#: (``relax_passes/expert_matmul.py``) turns that into a kernel that reads the experts'
+#: matrices in place rather than copying one per pair.
 EXPORTED_EXPERTS = "batched_mm"
 
 

@@ -19,7 +19,7 @@ all on ``TVM_NUM_THREADS`` threads). Prints a table and the geometric mean of ex
     python scripts/zoo.py --models segformer_b0 --rounds 3 --profile 15   # where each spends its time
     python scripts/zoo.py --models mobilenet_v2 bert_base --frontend onnx  # ext from the ONNX file
     python scripts/zoo.py --models resnet50 efficientnet_b0 --size 320 --batch 2   # other input sizes
-    python scripts/zoo.py --extra --rounds 5      # 66 more full-size architectures (ext/models/zoo_extra.py, user_nets.py)
+    python scripts/zoo.py --extra --rounds 5      # 74 more full-size architectures (ext/models/zoo_extra.py, user_nets.py)
 
 ``--profile N`` adds, per model, ext's per-kernel profile (``ext.profile``: the N slowest
 kernels and the time per candidate) and onnxruntime's per-op-type times from its own profiler.
