@@ -14,7 +14,8 @@ without the ranges, and two cases then break models with a symbolic sequence len
   ``view``). Here the check is structural.
 * ``torch.sym_min`` / ``sym_max`` of sizes (DeBERTa's ``min(seq, 16)``) translate to
   ``tirx.min`` / ``max``; the stock table lacks them, and ``scalar_tensor`` of such a size is
-  a 0-d tensor holding it (the stock one made only constants).
+  a 0-d tensor holding it (the stock one made only constants). ``torch.empty`` of a symbolic
+  size is zeros of that size (the stock one passed the size's graph nodes through).
 
 One translation is wrong for static shapes too: ``F.interpolate(mode="nearest")`` became a
 ``half_pixel`` resize rounded to the nearest pixel, where PyTorch takes ``floor(dst * in / out)``
@@ -137,6 +138,17 @@ class Importer(ComplexFFT, ExtraOps, LayoutOps, ExactResize, ExportedProgramImpo
         bb = self.block_builder
         vec = bb.emit(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
         return bb.emit(relax.op.astype(bb.emit(relax.op.reshape(vec, [])), dtype))
+
+    def _empty(self, node):
+        """``torch.empty(size)`` as zeros, with symbolic sizes: the stock translation passed the
+        size's graph nodes to Relax as they were (DeepSeek-V3's expert routing with a symbolic
+        length failed to import)."""
+        import torch
+
+        size = self.retrieve_args(node)[0]
+        size = list(size) if isinstance(size, (list, tuple)) else [size]
+        dtype = self._convert_data_type(node.kwargs.get("dtype", torch.get_default_dtype()), self.env)
+        return self.block_builder.emit(relax.op.zeros(relax.ShapeExpr(size), dtype))
 
     def _scalar_tensor(self, node):
         value = self.retrieve_args(node)[0]

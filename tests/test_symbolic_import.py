@@ -128,8 +128,20 @@ class CenteredRows(torch.nn.Module):
         return torch.softmax(torch.gather(scores, -1, pos.expand(1, 2, s, s)), dim=-1)
 
 
+class EmptyOfLength(torch.nn.Module):
+    """``torch.empty`` of a size naming the length, filled by a scatter (DeepSeek-V3's expert
+    routing): the stock translation passed the size's graph node to Relax and failed."""
+
+    def forward(self, x):
+        rows = x.shape[0] * x.shape[1]
+        flat = x.reshape(rows, x.shape[2])
+        out = torch.empty(rows, 2, dtype=x.dtype)
+        out = out.fill_(0.0).scatter(1, torch.topk(flat, 1, dim=-1).indices % 2, 1.0)
+        return out * flat.sum(-1, keepdim=True)
+
+
 @pytest.mark.parametrize("module", [TableSlice, HeadsView, RelativeSpan, AlibiBias, LastRows, PrefixedIds,
-                                    CenteredRows],
+                                    CenteredRows, EmptyOfLength],
                          ids=lambda m: m.__name__)
 def test_symbolic_length_imports_and_matches_pytorch(module, cpu_target):
     torch.manual_seed(0)
