@@ -15,7 +15,7 @@ from .strategies import REGISTRY
 
 
 #: kernels a graph pass emits itself, outside the registry (a reading order, not a tiling)
-PASS_KERNELS = ("expert_matmul", "kv_append")
+PASS_KERNELS = ("expert_matmul", "expert_route", "kv_append")
 
 
 def candidate_of(symbol: str) -> str:

@@ -5,9 +5,10 @@ with ``batched_mm`` (``torch_fixes.EXPORTED_EXPERTS``): every (token, chosen exp
 gets its expert's weight matrix by ``take(w, ids, axis=0)``, then one matrix-vector product per
 pair (``bmm``). The ``take`` copies a whole matrix per pair: on a 2-layer Mixtral with 4 experts
 of 1024 x 256 and 128 tokens choosing 2, 256 MB per projection, and the batched product reads
-the copies back; ext ran 107 ms against PyTorch's 13 ms. Here the product becomes
-``topi_kernels.expert_matmul``, which indexes the stacked weights with ``ids`` and reads them
-where they lie (they stay in cache across pairs).
+the copies back; ext ran 107 ms against PyTorch's 13 ms. Here the product becomes two kernels
+(``tir_schedules/cpu/expert_matmul.py``): a counting sort of the pairs by expert, then a
+grouped product that reads each expert's weights where they lie, for a tile of its pairs at a
+time (a GEMM micro-kernel over gathered rows).
 
 Matched (after ``CheckTakeIndices``, so the indices are the range-checked copy):
 
@@ -24,17 +25,19 @@ float32, ``E``, ``K`` and ``N`` static (``S`` may be symbolic); CPU only.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm_ffi import structural_equal
 
-from ..tir_schedules.common import create_schedule, finish
-from ..tir_schedules.cpu.expert_matmul import schedule_expert_matmul
-from ..topi_kernels.expert_matmul import expert_matmul
+from ..tir_schedules.common import mark_scheduled
+from ..tir_schedules.cpu.expert_matmul import grouped_kernel, route_kernel
 from .mutate import has_op, op_name
 
-#: accumulator registers per (column chunk, row) pair: ``cols`` is at most this many vectors
-CHUNK_VECTORS = 4
+#: vectors per row of the grouped kernel's register tile (its column panel)
+PANEL_VECTORS = 2
+#: rows of the register tile at most (AVX2's 16 registers: 6 rows x 2 vectors + 2 panel loads
+#: + 1 broadcast; more registers allow more rows, up to this)
+MAX_TILE_ROWS = 8
 
 
 def _static(d) -> int | None:
@@ -82,30 +85,26 @@ def _plan(mm, binds: dict):
 
 
 def _cols(N: int, lanes: int) -> int:
-    """Output columns per chunk: the widest of ``CHUNK_VECTORS``..1 vectors that divides ``N``,
-    else the largest divisor of ``N`` within ``CHUNK_VECTORS`` vectors (odd ``N``)."""
-    for v in range(CHUNK_VECTORS, 0, -1):
+    """Columns per panel: ``PANEL_VECTORS``..1 vectors, the widest that divides ``N``, else the
+    largest divisor of ``N`` within ``PANEL_VECTORS`` vectors (odd ``N``)."""
+    for v in range(PANEL_VECTORS, 0, -1):
         if N % (v * lanes) == 0:
             return v * lanes
-    return max(d for d in range(1, min(N, CHUNK_VECTORS * lanes) + 1) if N % d == 0)
+    return max(d for d in range(1, min(N, PANEL_VECTORS * lanes) + 1) if N % d == 0)
 
 
-def _kernel(E: int, K: int, N: int, cols: int, ids_dtype: str):
-    S = tirx.Var("S", "int64")
-    x = te.placeholder((S, K), "float32", name="x")
-    ids = te.placeholder((S,), ids_dtype, name="ids")
-    wp = te.placeholder((E, N // cols, K, cols), "float32", name="wp")
-    y = expert_matmul(x, ids, wp)
-    sch = create_schedule([x, ids, wp, y])
-    schedule_expert_matmul(sch, cols)
-    return finish(sch, "expert_matmul")
+def _tile_rows(cols: int, lanes: int, registers: int) -> int:
+    """Rows of the register tile: accumulators for ``rows x cols`` plus the panel row's
+    vectors and one broadcast fit in ``registers``."""
+    vectors = -(-cols // lanes)
+    return max(1, min(MAX_TILE_ROWS, (registers - vectors - 2) // vectors))
 
 
 @mutator
 class _Fuse(PyExprMutator):
-    def __init__(self, mod, lanes: int):
+    def __init__(self, mod, lanes: int, registers: int):
         super().__init__(mod)
-        self.lanes = lanes
+        self.lanes, self.registers = lanes, registers
         self.binds: dict = {}
         self.kernels: dict = {}
 
@@ -130,10 +129,20 @@ class _Fuse(PyExprMutator):
             w = self.builder_.emit(relax.op.reshape(w, [E, K, N // cols, cols]))
             wp = self.builder_.emit(relax.op.permute_dims(w, [0, 2, 1, 3]))
         x = self.builder_.emit(relax.op.reshape(vec, [S, K]))
-        key = (E, K, N, cols, str(ids.ty.dtype))
-        if key not in self.kernels:
-            self.kernels[key] = self.builder_.add_func(_kernel(*key), "expert_matmul")
-        y = self.builder_.emit(relax.call_tir(self.kernels[key], [x, ids, wp], out_ty=relax.TensorType([S, N], "float32")))
+        ids_dtype = str(ids.ty.dtype)
+        route, grouped = ("route", E, ids_dtype), ("grouped", E, K, N, cols, _tile_rows(cols, self.lanes, self.registers))
+        if route not in self.kernels:
+            self.kernels[route] = self.builder_.add_func(mark_scheduled(route_kernel(E, ids_dtype), "expert_route"),
+                                                         "expert_route")
+        if grouped not in self.kernels:
+            self.kernels[grouped] = self.builder_.add_func(mark_scheduled(grouped_kernel(*grouped[1:]), "expert_matmul"),
+                                                           "expert_matmul")
+        routed = self.builder_.emit(relax.call_tir(self.kernels[route], [ids], out_ty=[
+            relax.TensorType([S], "int32"), relax.TensorType([E + 1], "int32")]))
+        order = self.builder_.emit(relax.TupleGetItem(routed, 0))
+        offsets = self.builder_.emit(relax.TupleGetItem(routed, 1))
+        y = self.builder_.emit(relax.call_tir(self.kernels[grouped], [x, order, offsets, wp],
+                                              out_ty=relax.TensorType([S, N], "float32")))
         out = self.builder_.emit(relax.op.reshape(y, binding.var.ty.shape))
         self.set_var_remap(binding.var, out)
 
@@ -142,7 +151,8 @@ def FuseExpertGather(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass nam
     """Module pass (CPU): gathered-matrix products read the matrices in place (module docstring)."""
     from ..target import cpu_info
 
-    lanes = cpu_info(target).lanes_f32
+    info = cpu_info(target)
+    lanes, registers = info.lanes_f32, info.vector_registers
 
     def transform(mod, _ctx):
         if not has_op(mod, "relax.take"):
@@ -150,7 +160,7 @@ def FuseExpertGather(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass nam
         for gv, func in list(mod.functions_items()):
             if not isinstance(func, relax.Function) or (func.attrs and "Composite" in func.attrs):
                 continue
-            fuser = _Fuse(mod, lanes)
+            fuser = _Fuse(mod, lanes, registers)
             new = fuser.visit_expr(func)
             if not fuser.kernels:
                 continue

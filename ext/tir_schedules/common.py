@@ -13,7 +13,12 @@ def create_schedule(tensors: list[te.Tensor]) -> s_tir.Schedule:
 
 def finish(sch: s_tir.Schedule, name: str | None = None):
     """The scheduled PrimFunc, marked so dlight, FuseOps and FuseTIR leave it alone."""
-    func = sch.mod["main"].without_attr("global_symbol")
+    return mark_scheduled(sch.mod["main"], name)
+
+
+def mark_scheduled(func, name: str | None = None):
+    """``func`` (a schedule's result or a kernel written as TIR) marked as ``finish`` marks it."""
+    func = func.without_attr("global_symbol")
     func = func.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
     return func.with_attr("ext.kernel", name) if name else func
 
