@@ -58,7 +58,27 @@ def encoder(seed: int):
     return encoder_layer(hidden=64, heads=4, ffn=96, seed=seed), (torch.randn(1, 17, 64),)
 
 
-MODELS = {"conv_net": conv_net, "mlp": mlp, "encoder": encoder}
+class _Hidden(torch.nn.Module):
+    def __init__(self, decoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, ids):
+        return self.decoder(input_ids=ids).last_hidden_state
+
+
+def moe(seed: int):
+    """A Mixtral layer: the experts' stacked weights go through FuseExpertGather's panel
+    transform, which must move to ``main_transform_params`` with the others."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    cfg = transformers.MixtralConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                     intermediate_size=40, vocab_size=97, num_local_experts=3, num_experts_per_tok=2,
+                                     use_cache=False)
+    return _Hidden(transformers.MixtralModel(cfg).eval()).eval(), (torch.randint(0, 97, (1, 13)),)
+
+
+MODELS = {"conv_net": conv_net, "mlp": mlp, "encoder": encoder, "moe": moe}
 
 
 def _torch_out(net, inputs) -> np.ndarray:
