@@ -150,7 +150,24 @@ def inplace_kernel(func, index: int):
 
 
 def _alias_output(func, index: int):
-    """Drop the output parameter and declare its buffer over input ``index``'s data (via TVMScript)."""
+    """Drop the output parameter and declare its buffer over input ``index``'s data: a
+    ``DeclBuffer`` first in the root block (built directly; a function without one goes through
+    TVMScript, which took 0.1 s per kernel: 4 s of Mask2Former's build)."""
+    out, x = func.params[-1], func.params[index]
+    root = func.body
+    if isinstance(root, s_tir.SBlockRealize) and not out.same_as(x):
+        blk = root.block
+        body = tirx.SeqStmt([tirx.DeclBuffer(out, data=x.data), blk.body])
+        blk = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init,
+                           blk.alloc_buffers, blk.match_buffers, blk.annotations)
+        new = tirx.PrimFunc(list(func.params)[:-1], s_tir.SBlockRealize(root.iter_values, root.predicate, blk),
+                            func.ret_type, func.attrs)
+        return new.without_attr("global_symbol") if new.attrs and "global_symbol" in new.attrs else new
+    return _alias_output_script(func, index)
+
+
+def _alias_output_script(func, index: int):
+    """``_alias_output`` through TVMScript: print, rewrite the signature, parse."""
     out, x = func.params[-1], func.params[index]
     out_name, x_name = str(out.name), str(x.name)
     text = func.without_attr("global_symbol").script()
