@@ -46,9 +46,13 @@ def _permute(call, x):
     return np.transpose(x, None if axes is None else [int(a) for a in axes])
 
 
-def _binary(fn):
+def _binary(fn, integral: bool = False):
+    """``fn`` on two operands of one float dtype; ``integral``: also of one integer
+    dtype (add, subtract, multiply: exact, wrapping as the generated code)."""
     def run(call, a, b):
-        return fn(a, b) if a.dtype == b.dtype and a.dtype.name in _FLOATS else None
+        if a.dtype != b.dtype:
+            return None
+        return fn(a, b) if a.dtype.name in _FLOATS or (integral and a.dtype.kind in "iu") else None
     return run
 
 
@@ -59,8 +63,39 @@ def _unary(fn):
 
 
 def _astype(call, x):
+    """Float to float, and integer or bool to anything (wrapping, or round-to-nearest into a
+    float: what the casts compile to). Float to integer is left to TVM: out of range it is
+    undefined in LLVM, where NumPy picks a value."""
     out = str(call.ty.dtype)
-    return x.astype(out) if x.dtype.name in _FLOATS and out in _FLOATS else None
+    if x.dtype.name in _FLOATS:
+        return x.astype(out) if out in _FLOATS else None
+    return x.astype(out) if x.dtype.kind in "iub" else None
+
+
+def _integral_binary(fn):
+    """``fn`` on two operands of one integer or bool dtype (exact, wrapping as the generated code)."""
+    def run(call, a, b):
+        return fn(a, b) if a.dtype == b.dtype and a.dtype.kind in "iub" else None
+    return run
+
+
+def _logical(fn):
+    def run(call, *xs):
+        return fn(*xs) if all(x.dtype.kind == "b" for x in xs) else None
+    return run
+
+
+def _where(call, cond, a, b):
+    return np.where(cond, a, b) if cond.dtype.kind == "b" and a.dtype == b.dtype else None
+
+
+def _take(call, x, idx):
+    """``take`` with integer indices all in range (pure data movement)."""
+    axis = call.attrs.axis
+    axis = 0 if axis is None else int(axis)
+    if idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0 or idx.max() >= x.shape[axis])):
+        return None
+    return np.take(x, idx, axis=axis)
 
 
 def _ints(expr) -> list[int] | None:
@@ -99,14 +134,23 @@ TUPLE_PARAMS = ("relax.strided_slice",)
 
 #: op -> f(call, *numpy inputs) -> numpy result or None (None: not exact here, leave to TVM)
 NUMPY = {
-    "relax.add": _binary(np.add), "relax.subtract": _binary(np.subtract),
-    "relax.multiply": _binary(np.multiply), "relax.divide": _binary(np.divide),
+    "relax.add": _binary(np.add, True), "relax.subtract": _binary(np.subtract, True),
+    "relax.multiply": _binary(np.multiply, True), "relax.divide": _binary(np.divide),
     "relax.sqrt": _unary(np.sqrt), "relax.negative": _unary(np.negative),
     "relax.reshape": _reshape, "relax.expand_dims": _reshape, "relax.squeeze": _reshape,
     "relax.flatten": _reshape, "relax.permute_dims": _permute, "relax.astype": _astype,
     "relax.broadcast_to": lambda call, x: contiguous(np.broadcast_to(x, out_shape(call))),
     "relax.strided_slice": _strided_slice, "relax.full": _full,
+    # index arithmetic of position grids (DETR-style sine embeddings, relative positions):
+    # integer and bool operands only, where every result is exact
+    "relax.equal": _integral_binary(np.equal), "relax.not_equal": _integral_binary(np.not_equal),
+    "relax.less": _integral_binary(np.less), "relax.less_equal": _integral_binary(np.less_equal),
+    "relax.greater": _integral_binary(np.greater), "relax.greater_equal": _integral_binary(np.greater_equal),
+    "relax.logical_and": _logical(np.logical_and), "relax.logical_or": _logical(np.logical_or),
+    "relax.logical_not": _logical(np.logical_not), "relax.isnan": lambda call, x: np.isnan(x) if x.dtype.name in _FLOATS else None,
+    "relax.where": _where, "relax.take": _take,
 }
+
 
 
 CREATION_LIMIT = 1 << 16  # elements of an input-free op's output the folder evaluates
