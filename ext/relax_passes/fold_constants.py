@@ -7,8 +7,10 @@ arithmetic and for the weight transforms of ext's kernels (packing, Winograd
 filter transforms). ``FoldConstants`` computes the same constants in rounds:
 
 1. element-wise arithmetic, re-layouts and casts are evaluated with NumPy
-   (``NUMPY``: IEEE add/subtract/multiply/divide/sqrt and pure data movement,
-   so the results equal what the generated code computes, bit for bit), and so
+   (``NUMPY``: IEEE add/subtract/multiply/divide/sqrt, integer and bool index
+   arithmetic (wrapping add/subtract/multiply, compares, logical ops, ``where``,
+   in-range ``take``, integer casts) and pure data movement, so the results
+   equal what the generated code computes, bit for bit), and so
    are the index grids an export decomposes gathers into, which stock folding
    leaves to run time: ``arange`` of integral bounds, ``concat``, ``index_tensor``
    with in-range indices (``NUMPY_TUPLE``) and ``full``;
