@@ -157,6 +157,29 @@ def test_index_arithmetic_folds_like_stock_bit_for_bit():
         assert p.shape == q.shape and p.dtype == q.dtype and p.tobytes() == q.tobytes()
 
 
+def test_shape_arithmetic_of_a_static_tensor_folds():
+    """ONNX's Shape -> Gather -> negative-index fix -> Slice chain on a run-time tensor of
+    static shape folds with NumPy (stock FoldConstant built one module per op of it: RWKV's
+    ONNX export, 45 s); the values are the shape's."""
+    x = relax.Var("x", relax.TensorType((3, 5, 7), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            dims = bb.emit(relax.op.shape_to_tensor(bb.emit(relax.op.shape_of(x))))
+            last = bb.emit(relax.op.take(dims, relax.const(np.array([2], "int64"), "int64"), axis=0))
+            neg = relax.const(np.array([-2], "int64"), "int64")
+            fixed = bb.emit(relax.op.where(relax.op.less(neg, relax.const(np.array([0], "int64"), "int64")),
+                                           relax.op.add(neg, last), neg))
+            out = bb.emit_output(relax.op.add(x, relax.op.astype(relax.op.add(fixed, last),
+                                                                  "float32")))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    ours = FoldConstants()(mod)
+    text = ours.script(show_meta=False)
+    assert "shape_to_tensor" not in text and "R.where" not in text
+    assert [c.tolist() for c in _constants(ours)] == [[12.0]]  # (7 - 2) + 7
+
+
 def test_folder_leaves_non_constant_work_alone():
     x = relax.Var("x", relax.TensorType((3, 5), "float32"))
     bb = relax.BlockBuilder()

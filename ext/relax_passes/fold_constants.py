@@ -13,7 +13,10 @@ filter transforms). ``FoldConstants`` computes the same constants in rounds:
    equal what the generated code computes, bit for bit), and so
    are the index grids an export decomposes gathers into, which stock folding
    leaves to run time: ``arange`` of integral bounds, ``concat``, ``index_tensor``
-   with in-range indices (``NUMPY_TUPLE``) and ``full``;
+   with in-range indices (``NUMPY_TUPLE``) and ``full``; and ``shape_to_tensor`` of
+   ``shape_of`` a tensor with a static shape (constant or not), which starts the index
+   arithmetic an ONNX export does on shapes (RWKV's: 1,000 ops that stock FoldConstant
+   built one LLVM module each for, 45 of a 52 s build);
 2. every other operation with constant inputs (``call_tir`` to a weight
    transform, or a Relax op after legalization) joins one batch, and the batch is
    compiled as ONE module, for the same generic ``llvm`` target stock uses;
@@ -97,6 +100,15 @@ class _Folder:
         self.mod = mod
         self.consts: dict = {}  # relax.Var -> numpy array
         self._arrays: dict = {}  # relax constant -> its read-only numpy view, made once (rounds revisit weights)
+        self.shapes: dict = {}  # relax.Var bound to shape_of(a static tensor) -> its dims
+
+    def _shape(self, expr) -> list | None:
+        """The dims of a static shape: a ``ShapeExpr`` of integers or a variable bound to
+        ``shape_of`` a tensor of static shape (ONNX's ``Shape`` -> index arithmetic -> ``Slice``)."""
+        if isinstance(expr, relax.ShapeExpr):
+            vals = list(expr.values)
+            return [int(v) for v in vals] if all(isinstance(v, tvm.tirx.IntImm) for v in vals) else None
+        return self.shapes.get(expr)
 
     def _value(self, expr):
         if isinstance(expr, _Const):
@@ -137,9 +149,18 @@ class _Folder:
             return
         if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
             return
+        name = value.op.name
+        if name == "relax.shape_of":  # of any tensor with a static shape, constant or not
+            if _static_tensor_type(value.args[0].ty):
+                self.shapes[var] = [int(d) for d in value.args[0].ty.shape.values]
+            return
         if not _static_tensor_type(value.ty):
             return
-        name = value.op.name
+        if name == "relax.shape_to_tensor":
+            dims = self._shape(value.args[0])
+            if dims is not None:
+                self.consts[var] = np.array(dims, dtype=str(value.ty.dtype))
+            return
         if name == "relax.call_tir":
             if len(value.args) != 2 or not isinstance(value.args[1], relax.Tuple):
                 return
