@@ -54,10 +54,6 @@ def _run(ex, *args):
     return relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
 
 
-def _kernel_names(ex_mod) -> list[str]:
-    return [gv.name_hint for gv, f in ex_mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-
-
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize("E,K,N,S", [(3, 13, 37, 11), (4, 40, 64, 1), (5, 64, 96, 23), (2, 7, 5, 3),
                                      (2, 33, 48, 64), (3, 3, 16, 40)])

@@ -31,17 +31,13 @@ from tvm_ffi import structural_equal
 
 from ..tir_schedules.common import mark_scheduled
 from ..tir_schedules.cpu.expert_matmul import grouped_kernel, route_kernel
-from .mutate import has_op, op_name
+from .mutate import has_op, mutate_functions, op_name, static_dims, static_int
 
 #: vectors per row of the grouped kernel's register tile (its column panel)
 PANEL_VECTORS = 2
 #: rows of the register tile at most (AVX2's 16 registers: 6 rows x 2 vectors + 2 panel loads
 #: + 1 broadcast; more registers allow more rows, up to this)
 MAX_TILE_ROWS = 8
-
-
-def _static(d) -> int | None:
-    return int(d.value) if hasattr(d, "value") else None
 
 
 def _gathered(expr, binds: dict):
@@ -51,10 +47,8 @@ def _gathered(expr, binds: dict):
     if op_name(call) != "relax.take" or call.attrs.axis is None or int(call.attrs.axis) != 0:
         return None
     w, ids = call.args
-    wt, it = w.ty, ids.ty
-    if not isinstance(wt, relax.TensorType) or wt.shape is None or len(wt.shape) != 3 or str(wt.dtype) != "float32":
-        return None
-    if any(_static(d) is None for d in wt.shape):
+    dims, it = static_dims(w), ids.ty
+    if dims is None or len(dims) != 3 or str(w.ty.dtype) != "float32":
         return None
     if not isinstance(it, relax.TensorType) or it.shape is None or len(it.shape) != 1 or "int" not in str(it.dtype):
         return None
@@ -73,10 +67,9 @@ def _plan(mm, binds: dict):
         vt = vec.ty
         if not isinstance(vt, relax.TensorType) or vt.shape is None or len(vt.shape) != 3 or str(vt.dtype) != "float32":
             continue
-        E, R, C = (_static(d) for d in w.ty.shape)
-        K = C if transpose else R
+        K = static_dims(w)[2 if transpose else 1]
         unit, k = (vt.shape[2], vt.shape[1]) if transpose else (vt.shape[1], vt.shape[2])
-        if _static(unit) != 1 or _static(k) != K:
+        if static_int(unit) != 1 or static_int(k) != K:
             continue
         if not structural_equal(vt.shape[0], ids.ty.shape[0]):
             continue
@@ -118,7 +111,7 @@ class _Fuse(PyExprMutator):
         if plan is None or str(binding.var.ty.dtype) != "float32":
             return super().visit_var_binding_(binding)
         vec, ids, w, transpose = (self.visit_expr(e) if isinstance(e, relax.Expr) else e for e in plan)
-        E, R, C = (_static(d) for d in w.ty.shape)
+        E, R, C = static_dims(w)
         K, N = (C, R) if transpose else (R, C)
         S = ids.ty.shape[0]
         cols = _cols(N, self.lanes)
@@ -157,16 +150,9 @@ def FuseExpertGather(target) -> tvm.transform.Pass:  # noqa: N802 - TVM pass nam
     def transform(mod, _ctx):
         if not has_op(mod, "relax.take"):
             return mod
-        for gv, func in list(mod.functions_items()):
-            if not isinstance(func, relax.Function) or (func.attrs and "Composite" in func.attrs):
-                continue
-            fuser = _Fuse(mod, lanes, registers)
-            new = fuser.visit_expr(func)
-            if not fuser.kernels:
-                continue
-            fuser.builder_.update_func(gv, new)
-            mod = relax.transform.DeadCodeElimination()(fuser.builder_.get())
-        return mod
+        fuser = _Fuse(mod, lanes, registers)
+        out = mutate_functions(fuser, mod)
+        return relax.transform.DeadCodeElimination()(out) if fuser.kernels else mod
 
     return tvm.transform.module_pass(transform, opt_level=0, name="ext.FuseExpertGather")
 

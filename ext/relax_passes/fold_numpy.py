@@ -46,19 +46,22 @@ def _permute(call, x):
     return np.transpose(x, None if axes is None else [int(a) for a in axes])
 
 
-def _binary(fn, integral: bool = False):
-    """``fn`` on two operands of one float dtype; ``integral``: also of one integer
-    dtype (add, subtract, multiply: exact, wrapping as the generated code)."""
+def _of_kinds(x: np.ndarray, kinds: str) -> bool:
+    """``x``'s dtype is of one of the NumPy dtype ``kinds`` ("f": only the floats of ``_FLOATS``)."""
+    return "f" in kinds and x.dtype.name in _FLOATS if x.dtype.kind == "f" else x.dtype.kind in kinds
+
+
+def _binary(fn, kinds: str = "f"):
+    """``fn`` on two operands of one dtype of ``kinds``: IEEE float arithmetic; with "iu" also
+    integer arithmetic, which wraps as the generated code does; compares and logical ops."""
     def run(call, a, b):
-        if a.dtype != b.dtype:
-            return None
-        return fn(a, b) if a.dtype.name in _FLOATS or (integral and a.dtype.kind in "iu") else None
+        return fn(a, b) if a.dtype == b.dtype and _of_kinds(a, kinds) else None
     return run
 
 
-def _unary(fn):
+def _unary(fn, kinds: str = "f"):
     def run(call, a):
-        return fn(a) if a.dtype.name in _FLOATS else None
+        return fn(a) if _of_kinds(a, kinds) else None
     return run
 
 
@@ -70,19 +73,6 @@ def _astype(call, x):
     if x.dtype.name in _FLOATS:
         return x.astype(out) if out in _FLOATS else None
     return x.astype(out) if x.dtype.kind in "iub" else None
-
-
-def _integral_binary(fn):
-    """``fn`` on two operands of one integer or bool dtype (exact, wrapping as the generated code)."""
-    def run(call, a, b):
-        return fn(a, b) if a.dtype == b.dtype and a.dtype.kind in "iub" else None
-    return run
-
-
-def _logical(fn):
-    def run(call, *xs):
-        return fn(*xs) if all(x.dtype.kind == "b" for x in xs) else None
-    return run
 
 
 def _where(call, cond, a, b):
@@ -134,8 +124,8 @@ TUPLE_PARAMS = ("relax.strided_slice",)
 
 #: op -> f(call, *numpy inputs) -> numpy result or None (None: not exact here, leave to TVM)
 NUMPY = {
-    "relax.add": _binary(np.add, True), "relax.subtract": _binary(np.subtract, True),
-    "relax.multiply": _binary(np.multiply, True), "relax.divide": _binary(np.divide),
+    "relax.add": _binary(np.add, "fiu"), "relax.subtract": _binary(np.subtract, "fiu"),
+    "relax.multiply": _binary(np.multiply, "fiu"), "relax.divide": _binary(np.divide),
     "relax.sqrt": _unary(np.sqrt), "relax.negative": _unary(np.negative),
     "relax.reshape": _reshape, "relax.expand_dims": _reshape, "relax.squeeze": _reshape,
     "relax.flatten": _reshape, "relax.permute_dims": _permute, "relax.astype": _astype,
@@ -143,14 +133,13 @@ NUMPY = {
     "relax.strided_slice": _strided_slice, "relax.full": _full,
     # index arithmetic of position grids (DETR-style sine embeddings, relative positions):
     # integer and bool operands only, where every result is exact
-    "relax.equal": _integral_binary(np.equal), "relax.not_equal": _integral_binary(np.not_equal),
-    "relax.less": _integral_binary(np.less), "relax.less_equal": _integral_binary(np.less_equal),
-    "relax.greater": _integral_binary(np.greater), "relax.greater_equal": _integral_binary(np.greater_equal),
-    "relax.logical_and": _logical(np.logical_and), "relax.logical_or": _logical(np.logical_or),
-    "relax.logical_not": _logical(np.logical_not), "relax.isnan": lambda call, x: np.isnan(x) if x.dtype.name in _FLOATS else None,
+    "relax.equal": _binary(np.equal, "iub"), "relax.not_equal": _binary(np.not_equal, "iub"),
+    "relax.less": _binary(np.less, "iub"), "relax.less_equal": _binary(np.less_equal, "iub"),
+    "relax.greater": _binary(np.greater, "iub"), "relax.greater_equal": _binary(np.greater_equal, "iub"),
+    "relax.logical_and": _binary(np.logical_and, "b"), "relax.logical_or": _binary(np.logical_or, "b"),
+    "relax.logical_not": _unary(np.logical_not, "b"), "relax.isnan": _unary(np.isnan),
     "relax.where": _where, "relax.take": _take,
 }
-
 
 
 CREATION_LIMIT = 1 << 16  # elements of an input-free op's output the folder evaluates

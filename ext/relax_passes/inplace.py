@@ -34,7 +34,6 @@ Python-side TIR mutator; any failure leaves the call as it was).
 from __future__ import annotations
 
 import math
-import re
 
 import tvm
 from tvm import relax, s_tir, tirx
@@ -151,46 +150,20 @@ def inplace_kernel(func, index: int):
 
 def _alias_output(func, index: int):
     """Drop the output parameter and declare its buffer over input ``index``'s data: a
-    ``DeclBuffer`` first in the root block (built directly; a function without one goes through
-    TVMScript, which took 0.1 s per kernel: 4 s of Mask2Former's build)."""
+    ``DeclBuffer`` first in the root block; None for a function without one. (Built directly:
+    printing the kernel as TVMScript and parsing it back took 0.1 s per kernel, 4 s of
+    Mask2Former's build.)"""
     out, x = func.params[-1], func.params[index]
     root = func.body
-    if isinstance(root, s_tir.SBlockRealize) and not out.same_as(x):
-        blk = root.block
-        body = tirx.SeqStmt([tirx.DeclBuffer(out, data=x.data), blk.body])
-        blk = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init,
-                           blk.alloc_buffers, blk.match_buffers, blk.annotations)
-        new = tirx.PrimFunc(list(func.params)[:-1], s_tir.SBlockRealize(root.iter_values, root.predicate, blk),
-                            func.ret_type, func.attrs)
-        return new.without_attr("global_symbol") if new.attrs and "global_symbol" in new.attrs else new
-    return _alias_output_script(func, index)
-
-
-def _alias_output_script(func, index: int):
-    """``_alias_output`` through TVMScript: print, rewrite the signature, parse."""
-    out, x = func.params[-1], func.params[index]
-    out_name, x_name = str(out.name), str(x.name)
-    text = func.without_attr("global_symbol").script()
-    sig = re.search(r"def main\((.*)\):\n", text)
-    if sig is None or out_name == x_name:
+    if not isinstance(root, s_tir.SBlockRealize) or out.same_as(x):
         return None
-    params = [p.strip() for p in re.split(r",\s*(?=\w+: T\.Buffer)", sig.group(1))]
-    if len(params) != len(func.params) or not params[-1].startswith(out_name + ": T.Buffer("):
-        return None
-    # the printed names: two parameters both named "lv" print as lv and lv_1
-    x_name = params[index].split(":", 1)[0]
-    buf_args = params[-1].split(": T.Buffer(", 1)[1][:-1]  # "(shape), dtype"
-    decl = f"    {out_name} = T.decl_buffer({buf_args}, data={x_name}.data)\n"
-    text = text.replace(sig.group(0), f"def main({', '.join(params[:-1])}):\n", 1)
-    attr = re.search(r"\n    T\.func_attr\(.*\)\n", text)  # must stay the first statement
-    at = attr.end() if attr else text.index(":\n", text.index("def main(")) + 2
-    text = text[:at] + decl + text[at:]
-    try:
-        new = tvm.script.from_source(text)
-    except Exception:
-        return None
-    new = new["main"] if isinstance(new, tvm.IRModule) else new
-    return new.without_attr("global_symbol") if new.attrs and "global_symbol" in new.attrs else new
+    blk = root.block
+    body = tirx.SeqStmt([tirx.DeclBuffer(out, data=x.data), blk.body])
+    blk = s_tir.SBlock(blk.iter_vars, blk.reads, blk.writes, blk.name_hint, body, blk.init,
+                       blk.alloc_buffers, blk.match_buffers, blk.annotations)
+    new = tirx.PrimFunc(list(func.params)[:-1], s_tir.SBlockRealize(root.iter_values, root.predicate, blk),
+                        func.ret_type, func.attrs)
+    return new.without_attr("global_symbol")
 
 
 def _is_reshape(func) -> bool:

@@ -22,6 +22,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..tir_schedules.common import create_schedule, finish
 from ..tir_schedules.cpu import kv_append as sched
 from ..topi_kernels import kv_append as kv
+from .mutate import static_int
 
 #: query rows per head (a decode step: one token; the scores schedule covers one row)
 MAX_ROWS = 1
@@ -29,10 +30,6 @@ MAX_ROWS = 1
 
 def _op(value, name: str) -> bool:
     return isinstance(value, relax.Call) and getattr(value.op, "name", None) == name
-
-
-def _static(d) -> int | None:
-    return int(d.value) if hasattr(d, "value") else None
 
 
 def _plan(mm, binds: dict, lanes: int):
@@ -61,20 +58,20 @@ def _plan(mm, binds: dict, lanes: int):
         return None
     if any(str(x.ty.dtype) != "float32" for x in (past, new, left)):
         return None
-    B, H, D, T, M = _static(ps[0]), _static(ps[1]), _static(ps[3]), _static(ns[2]), _static(ls[1])
-    if None in (B, H, D, T, M) or _static(ps[2]) is not None or M > MAX_ROWS:
+    B, H, D, T, M = static_int(ps[0]), static_int(ps[1]), static_int(ps[3]), static_int(ns[2]), static_int(ls[1])
+    if None in (B, H, D, T, M) or static_int(ps[2]) is not None or M > MAX_ROWS:
         return None
-    if _static(ls[0]) != B * H or [_static(x) for x in (ns[0], ns[1], ns[3])] != [B, H, D]:
+    if static_int(ls[0]) != B * H or [static_int(x) for x in (ns[0], ns[1], ns[3])] != [B, H, D]:
         return None
-    if kind == "scores" and (D % lanes or _static(ls[2]) != D):
+    if kind == "scores" and (D % lanes or static_int(ls[2]) != D):
         return None
     return kind, left, c, past, new
 
 
 def _kernel(kind: str, past_ty, new_ty, left_shape, lanes: int):
     P = tirx.Var("past", "int64")
-    B, H, _, D = (_static(d) for d in past_ty.shape)
-    T, M = _static(new_ty.shape[2]), left_shape[1]
+    B, H, _, D = (static_int(d) for d in past_ty.shape)
+    T, M = static_int(new_ty.shape[2]), left_shape[1]
     past = te.placeholder((B, H, P, D), name="past")
     new = te.placeholder((B, H, T, D), name="new")
     if kind == "scores":
@@ -123,9 +120,9 @@ class _Fuse(PyExprMutator):
             return super().visit_var_binding_(binding)
         kind, left, c, past, new = plan
         left, past, new = (self.visit_expr(x) for x in (left, past, new))
-        B, H = (_static(d) for d in list(past.ty.shape)[:2])
+        B, H = (static_int(d) for d in list(past.ty.shape)[:2])
         ls = list(left.ty.shape)
-        M = _static(ls[1])
+        M = static_int(ls[1])
         key = (kind, tuple(str(d) for d in list(past.ty.shape)[1:]), str(new.ty.shape[2]), M)
         if key not in self.kernels:
             func = _kernel(kind, past.ty, new.ty, [B * H, M], self.lanes)

@@ -17,6 +17,11 @@ def mutate_functions(mutator, mod: tvm.IRModule) -> tvm.IRModule:
     return mutator.builder_.get()
 
 
+def static_int(d) -> int | None:
+    """A shape dimension as an int, or None when it is symbolic."""
+    return int(d.value) if hasattr(d, "value") else None
+
+
 def static_dims(expr) -> list[int] | None:
     """The shape of a tensor expression as ints, or None (not a tensor, unknown or symbolic dims)."""
     ty = getattr(expr, "ty", None)
