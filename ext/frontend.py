@@ -23,6 +23,7 @@ import re
 
 from tvm import relax
 
+from .runner import torch_to_numpy
 from .torch_complex import complex_constants_as_real
 from .torch_fixes import as_pytorch_computes, decompose, exportable_experts
 from .torch_importer import Importer
@@ -53,16 +54,32 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     -------
     A Relax ``IRModule`` whose ``main`` takes the inputs in order and returns the output
     (a single output is not wrapped in a tuple); with ``keep_params_as_input``,
-    ``(mod, weights)``: the weights as NumPy arrays in the order ``main`` takes them.
+    ``(mod, weights)``: the weights as NumPy arrays in the order ``main`` takes them
+    (bfloat16 ones as ``ml_dtypes.bfloat16``). A half-precision model computes in float32
+    inside, taking and returning its own dtypes.
     """
-    import torch
-
     if isinstance(example_inputs, list):  # a list of tensors, as zoo_model returns: the inputs
         example_inputs = tuple(example_inputs)
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     if keep_params_as_input:
         module = _buffers_as_parameters(module)
+    if _half_dtype(module, example_inputs) is not None:
+        # TVM's importer mistypes half precision: a float16 conv2d's result as float32 (then
+        # the float16 bias cannot be added), Llama's float16 queries as float32 (a pass that
+        # rebuilds the function then fails on its multiply with the float16 rotary table):
+        # import the float32 copy and cast at the function's boundary
+        return _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_input)
+    mod, weights = _import(module, example_inputs, dynamic_shapes, keep_params_as_input)
+    return (mod, [torch_to_numpy(w) for _, w in weights]) if keep_params_as_input else mod
+
+
+def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input: bool):
+    """``(mod, weights)``: the module through ``torch.export`` and TVM's importer, and with
+    ``keep_params_as_input`` the weight tensors in the order ``main`` takes them (keyed by
+    their names in the state dict: ``[(name, tensor)]``)."""
+    import torch
+
     with torch.no_grad(), exportable_experts(module):
         ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
         ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
@@ -70,13 +87,6 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     complex_constants_as_real(ep)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
-    except TypeError as err:
-        half = _half_dtype(module, example_inputs)
-        if half is None or keep_params_as_input or "same datatype" not in str(err):
-            raise
-        # TVM's importer gives conv2d a float32 result for float16 operands, then cannot add
-        # the float16 bias: import in float32 and cast at the function's boundary
-        return _computed_in_float32(module, example_inputs, half, dynamic_shapes)
     except AssertionError as err:
         found = re.search(r"Unsupported function types \[(.*)\]", str(err))
         if found:
@@ -84,12 +94,10 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
             raise UnsupportedOperatorError("PyTorch", ops) from None
         raise
     if not keep_params_as_input:
-        return mod
+        return mod, []
     by_arg = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs if spec.target}
-    state = ep.state_dict
     mod = _without_params_attr(mod)
-    weights = [state[by_arg[p.name]].detach().cpu().numpy() for p in _weight_vars(mod)]
-    return mod, weights
+    return mod, [(by_arg[p.name], ep.state_dict[by_arg[p.name]]) for p in _weight_vars(mod)]
 
 
 def _is_half(x) -> bool:
@@ -108,26 +116,32 @@ def _half_dtype(module, example_inputs) -> str | None:
     return _dtype_name(half[0]) if half else None
 
 
-def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes):
+def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_input: bool):
     """The half-precision ``module`` imported as its float32 copy, wrapped so ``main`` takes and
-    returns ``half`` tensors where the original does (float32 math: more accurate, and on a
-    CPU without half arithmetic what the kernels would do anyway)."""
+    returns half tensors where the original does (float32 math: more accurate, and on a CPU
+    without half arithmetic what the kernels would do anyway). Weights kept as parameters
+    keep their own dtype too: the casts of weights go to the weight transform."""
     import copy
 
-    wide = from_torch(copy.deepcopy(module).float(), tuple(x.float() if _is_half(x) else x for x in example_inputs),
-                      dynamic_shapes=dynamic_shapes)
-    inner = wide["main"]
+    half = _half_dtype(module, example_inputs)
+    wide_inputs = tuple(x.float() if _is_half(x) else x for x in example_inputs)
+    mod, wide_weights = _import(copy.deepcopy(module).float(), wide_inputs, dynamic_shapes, keep_params_as_input)
+    state = module.state_dict()
+    weights = [state.get(name, w) for name, w in wide_weights]  # the checkpoint's own dtypes
+    inner = mod["main"]
     bb = relax.BlockBuilder()
     params = [relax.Var(p.name, relax.TensorType(p.ty.shape, _dtype_name(x)) if _is_half(x) else p.ty)
-              for p, x in zip(inner.params, example_inputs)]
-    with bb.function("main", params):
+              for p, x in zip(inner.params, (*example_inputs, *weights))]
+    attrs = {"num_input": inner.attrs["num_input"]} if keep_params_as_input else None
+    with bb.function("main", params, attrs=attrs):
         with bb.dataflow():
             args = [bb.emit(relax.op.astype(v, "float32")) if v.ty.dtype != p.ty.dtype else v
                     for v, p in zip(params, inner.params)]
             out = bb.emit(relax.Call(bb.add_func(inner.without_attr("global_symbol"), "main_float32"), args))
             out = bb.emit_output(_narrow(bb, out, half))
         bb.emit_func_output(out)
-    return relax.transform.InlinePrivateFunctions()(relax.transform.DeadCodeElimination()(bb.get()))
+    mod = relax.transform.InlinePrivateFunctions()(relax.transform.DeadCodeElimination()(bb.get()))
+    return (mod, [torch_to_numpy(w) for w in weights]) if keep_params_as_input else mod
 
 
 def _narrow(bb, expr, half: str):

@@ -132,6 +132,18 @@ def random_inputs(wl: Workload, seed: int = 0, low: float = -1.0, high: float = 
     return out
 
 
+def torch_to_numpy(x) -> np.ndarray:
+    """A torch tensor as a NumPy array; bfloat16 (which NumPy lacks) as ``ml_dtypes.bfloat16``,
+    the type TVM's tensors take and give for it."""
+    x = x.detach().cpu()
+    if str(x.dtype) != "torch.bfloat16":
+        return x.numpy()
+    import ml_dtypes
+    import torch
+
+    return x.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+
+
 class Model:
     """An executable whose weights are run-time parameters, called with the inputs only.
 
@@ -175,7 +187,7 @@ class Model:
         if isinstance(x, tvm.runtime.Tensor):
             return x if x.device == self.device else tvm.runtime.tensor(x.numpy(), self.device)
         if hasattr(x, "detach"):  # a torch tensor
-            x = x.detach().cpu().numpy()
+            x = torch_to_numpy(x)
         return tvm.runtime.tensor(np.asarray(x, order="C"), self.device)  # ascontiguousarray makes 0-d 1-d
 
     def set_params(self, weights) -> None:

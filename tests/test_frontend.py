@@ -112,3 +112,55 @@ def test_half_precision_model_builds_and_keeps_its_dtypes(cpu_target):
     for g, w in zip(got, want):
         assert g.numpy().dtype == np.float16
         assert_close(g.numpy().astype("float32"), w.numpy(), rtol=2e-3, atol=2e-3, what="float16 model")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_weights_as_parameters(cpu_target, dtype):
+    """A half-precision model with its weights as parameters: they stay in the checkpoint's
+    dtype (so a half checkpoint loads), their casts to float32 run once, in the weight
+    transform; torch tensors go in directly (bfloat16 has no NumPy dtype)."""
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Flatten(), torch.nn.Linear(8 * 7 * 5, 5)).eval().to(getattr(torch, dtype))
+    x = torch.randn(2, 3, 7, 5).to(net[0].weight.dtype)
+    mod, weights = from_torch(net, (x,), keep_params_as_input=True)
+    main = mod["main"]
+    assert int(main.attrs["num_input"]) == 1 and len(weights) == 8  # conv w/b, bn w/b/mean/var, fc w/b: 8
+    assert {str(p.ty.dtype) for p in main.params} == {dtype}
+    model = ext.Model(ext.build(mod, cpu_target))
+    model.set_params(weights)
+    got = torch.from_dlpack(model(x)).float().numpy()
+    with torch.no_grad():
+        want = net.float()(x.float()).numpy()
+    assert model.transform_runs == 1
+    tol = 2e-3 if dtype == "float16" else 2e-2
+    assert_close(got, want, rtol=tol, atol=tol, what=f"{dtype} model with weights as parameters")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_decoder(cpu_target, dtype):
+    """A half-precision Llama (TVM's importer typed its float16 queries float32, and the
+    function failed to rebuild at the rotary multiply): computed in float32 inside, so it
+    matches the float32 model on the same half weights within one rounding of the output."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(2)
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=48, vocab_size=50)
+    net = transformers.LlamaModel(config).eval().to(getattr(torch, dtype))
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, ids):
+            return self.net(ids, use_cache=False).last_hidden_state
+
+    ids = torch.randint(0, 50, (2, 7))
+    model = ext.Model(ext.build(from_torch(Hidden(net), (ids,)), cpu_target))
+    got = torch.from_dlpack(model(ids))
+    assert got.dtype == getattr(torch, dtype)
+    with torch.no_grad():
+        want = Hidden(net.float())(ids).numpy()
+    ulp = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7  # relative spacing of the half type
+    assert_close(got.float().numpy(), want, rtol=ulp, atol=1e-3, what=f"{dtype} Llama")
