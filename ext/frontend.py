@@ -197,12 +197,14 @@ def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None, *
     import tvm
     from tvm.relax.frontend.onnx import from_onnx as _from_onnx
 
-    from .onnx_fixes import prepare
+    from .onnx_fixes import integer_initializers_as_constants, prepare
     from .onnx_importer import converters
 
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(str(model))
     model = prepare(model, shape_dict)
+    if keep_params_as_input:
+        model = integer_initializers_as_constants(model)
     try:
         with converters():
             mod = _from_onnx(model, shape_dict=shape_dict, opset=opset, keep_params_in_input=keep_params_as_input)

@@ -19,7 +19,15 @@ the branch it takes.
 data (PyTorch's exporter gives Deformable DETR a float64 grid); Relax's ``grid_sample`` then
 failed to build (float64 times float32). The grid is cast to the data's type.
 
-``prepare(model, input_shapes)`` runs both; ``ext.frontend.from_onnx`` calls it.
+``integer_initializers_as_constants``: with the weights kept as parameters, TVM's importer
+makes every initializer a parameter, the integer ones too. PyTorch's dynamo exporter writes
+a reshape's target shape as an initializer, and a reshape to a parameter's values has no
+static shape (BERT from that exporter failed to import: "Reshape expects the input tensor to
+have known shape"). Integer and bool initializers (shapes, axes, indices: no checkpoint holds
+them) become ``Constant`` nodes; floating-point ones stay parameters.
+
+``prepare(model, input_shapes)`` runs the first two; ``ext.frontend.from_onnx`` calls it, and
+the third where the weights are kept as parameters.
 """
 from __future__ import annotations
 
@@ -38,6 +46,25 @@ MAX_ROUNDS = 256
 def prepare(model, input_shapes: dict | None = None):
     """``model`` with ``grid_in_data_type`` and ``fold_static_shapes`` applied (a copy)."""
     return grid_in_data_type(fold_static_shapes(model, input_shapes))
+
+
+def integer_initializers_as_constants(model):
+    """``model`` (in place) with its non-floating-point initializers as ``Constant`` nodes."""
+    import onnx
+
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+    graph = model.graph
+    fixed = [t for t in graph.initializer if t.data_type not in floats]
+    if not fixed:
+        return model
+    names = {t.name for t in fixed}
+    nodes = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in fixed]
+    _keep(graph.initializer, lambda t: t.name not in names)
+    _keep(graph.input, lambda v: v.name not in names)  # IR < 4 lists initializers as inputs
+    nodes.extend(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
 
 
 def grid_in_data_type(model):

@@ -311,6 +311,29 @@ def test_onnx_keep_params_as_input(cpu_target, tmp_path):
     assert_close(model(inputs[0].numpy()).numpy(), ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
 
 
+def test_onnx_integer_initializers_stay_constants(cpu_target):
+    """PyTorch's dynamo exporter writes a reshape's target shape as an initializer; as a parameter
+    the reshape had no static shape and the import failed. Only the float initializers (the
+    weights) become parameters."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((5, 6)).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, -1, 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([2, -1, 3], "int64"), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    mod, weights = ext.frontend.from_onnx(model, keep_params_as_input=True)
+    assert len(weights) == 1 and weights[0].shape == (5, 6)
+    assert [t.name for t in model.graph.initializer] == ["w", "shape"]  # the caller's model is untouched
+    compiled = ext.Model(ext.build(mod, cpu_target, verbose=False))
+    compiled.set_params(weights)
+    x = rng.standard_normal((3, 5)).astype("float32")
+    assert_close(compiled(x).numpy(), (x @ w).reshape(2, -1, 3), rtol=1e-5, atol=1e-5)
+
+
 # -- run-time weights: matmul.stream ----------------------------------------------------------------
 
 def _runtime_weight_module(M: int, N: int, K: int, nk: bool):
