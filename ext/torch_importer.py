@@ -17,6 +17,12 @@ without the ranges, and two cases then break models with a symbolic sequence len
   a 0-d tensor holding it (the stock one made only constants). ``torch.empty`` of a symbolic
   size is zeros of that size (the stock one passed the size's graph nodes through).
 
+Every conv and matmul is translated with a float32 result (``out_dtype="float32"``), whatever
+its operands: a float64 model failed to import (its conv's float32 result plus the float64 bias),
+a half one had its matmuls typed float32, and an integer ``matmul`` gave floats. While the
+importer is built and translates, those ops take their result dtype from their operands, as
+PyTorch does (``operand_dtype_results``).
+
 One translation is wrong for static shapes too: ``F.interpolate(mode="nearest")`` became a
 ``half_pixel`` resize rounded to the nearest pixel, where PyTorch takes ``floor(dst * in / out)``
 (``asymmetric``, ``floor``); the two agree on whole up-scales only (7x9 -> 10x13: half the
@@ -26,6 +32,8 @@ pixels differed). It is translated as PyTorch computes it.
 decomposition ``from_torch`` runs itself first.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import tvm
@@ -61,12 +69,43 @@ def _symbolic(value) -> bool:
     return tvm.ir.is_prim_expr(value) and not isinstance(value, (tvm.tirx.IntImm, tvm.tirx.FloatImm))
 
 
+#: the ops the stock converters call with ``out_dtype="float32"``
+_FLOAT32_RESULT_OPS = ((relax.op.nn, ("conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose")),
+                       (relax.op.linear_algebra, ("matmul",)))
+
+
+@contextlib.contextmanager
+def operand_dtype_results():
+    """Within: the ops of ``_FLOAT32_RESULT_OPS`` called with ``out_dtype="float32"`` infer their
+    result dtype from their operands instead. Converters bound while it is active (the stock
+    table's ``partial(matmul, out_dtype="float32")``) keep the wrapper."""
+    saved = [(module, name, getattr(module, name)) for module, names in _FLOAT32_RESULT_OPS for name in names]
+
+    def operand_dtype(op):
+        def call(*args, out_dtype=None, **kwargs):
+            return op(*args, out_dtype=None if out_dtype == "float32" else out_dtype, **kwargs)
+        return call
+
+    for module, name, op in saved:
+        setattr(module, name, operand_dtype(op))
+    try:
+        yield
+    finally:
+        for module, name, op in saved:
+            setattr(module, name, op)
+
+
 class Importer(ComplexFFT, ExtraOps, LayoutOps, ExactResize, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):
-        super().__init__()
+        with operand_dtype_results():
+            super().__init__()
         self._ranges = dict(getattr(ep, "range_constraints", {}) or {})
+
+    def from_exported_program(self, *args, **kwargs):
+        with operand_dtype_results():
+            return super().from_exported_program(*args, **kwargs)
 
     def create_convert_map(self):
         table = super().create_convert_map()

@@ -164,3 +164,42 @@ def test_half_precision_decoder(cpu_target, dtype):
         want = Hidden(net.float())(ids).numpy()
     ulp = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7  # relative spacing of the half type
     assert_close(got.float().numpy(), want, rtol=ulp, atol=1e-3, what=f"{dtype} Llama")
+
+
+def test_float64_model_computes_in_float64(cpu_target):
+    """The stock importer typed every conv and matmul result float32 (a float64 conv + bias
+    failed to import) and TOPI's layer/group/instance norms refuse float64: here all of it runs
+    in float64, to float64's precision."""
+    class Wide(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+            self.gn, self.inorm = torch.nn.GroupNorm(4, 8), torch.nn.InstanceNorm2d(8, affine=True)
+            self.fc, self.ln = torch.nn.Linear(8 * 5 * 7, 11), torch.nn.LayerNorm(11)
+
+        def forward(self, x):
+            y = self.inorm(self.gn(torch.relu(self.bn(self.conv(x)))))
+            return torch.softmax(self.ln(self.fc(y.flatten(1))) @ torch.ones(11, 3, dtype=x.dtype), -1)
+
+    torch.manual_seed(3)
+    net = Wide().eval().double()
+    x = torch.randn(2, 3, 5, 7, dtype=torch.float64)
+    got = ext.Model(ext.build(from_torch(net, (x,)), cpu_target, verbose=False))(x).numpy()
+    with torch.no_grad():
+        want = net(x).numpy()
+    assert got.dtype == np.float64
+    assert_close(got, want, rtol=1e-12, atol=1e-12, what="float64 model")
+
+
+def test_integer_matmul_stays_integer(cpu_target):
+    """``a @ b`` of int64 tensors is int64 in PyTorch; the stock importer asked for a float32
+    result, which rounds products past 2**24."""
+    class IntMatmul(torch.nn.Module):
+        def forward(self, a, b):
+            return a @ b + 1
+
+    a = torch.tensor([[2**30 + 1, 3], [-7, 2**20]])
+    b = torch.tensor([[5, -1], [2**10 + 1, 9]])
+    got = ext.Model(ext.build(from_torch(IntMatmul(), (a, b)), cpu_target, verbose=False))(a, b).numpy()
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, (a @ b + 1).numpy())

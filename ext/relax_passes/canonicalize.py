@@ -1,4 +1,5 @@
-"""Canonicalization before fusion: inference-mode batch norm, conv1d as a conv2d of
+"""Canonicalization before fusion: inference-mode batch norm, float64 norms as arithmetic
+(``wide_norms``), conv1d as a conv2d of
 height 1 (``conv1d``: every conv2d candidate and epilogue then serves it), conv3d as a conv2d
 over the output frames (``conv3d``), a transposed conv2d as a conv2d (``conv_transpose``), the two clips
 of an exported ReLU6 as one (``merge_clips``), a pool whose one window covers the image as a
@@ -32,12 +33,14 @@ from .slice_bounds import ProveSliceBounds
 from .top_one import TopOneToReduce
 from .lifted import LiftedPass
 from .unflatten_linear import UnflattenLinear
+from .wide_norms import DecomposeWideNorms
 
 
 def Canonicalize() -> tvm.transform.Pass:  # noqa: N802 - TVM pass naming
     return tvm.transform.Sequential([
         ProveSliceBounds(),  # before anything legalizes: a clamp's min() hides every shape after it
         relax.transform.DecomposeOpsForInference(),
+        DecomposeWideNorms(),  # a float64 layer/group/instance norm, which TOPI refuses, as arithmetic
         StableLogSigmoid(),  # before NaNSafeCompare: the minimum it writes keeps a NaN
         NaNSafeCompare(),  # before anything fuses a negated float comparison into a kernel
         BoolArithmetic(),  # after it: the reflexive compares it rewrites leave bool products
