@@ -129,18 +129,26 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
     state = module.state_dict()
     weights = [state.get(name, w) for name, w in wide_weights]  # the checkpoint's own dtypes
     inner = mod["main"]
-    bb = relax.BlockBuilder()
-    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, _dtype_name(x)) if _is_half(x) else p.ty)
+    # main's own parameters where the dtypes agree; a half parameter's cast binds the float32
+    # parameter's variable itself, so the body (and its symbolic sizes) reads on unchanged
+    params = [relax.Var(p.name, relax.TensorType(p.ty.shape, _dtype_name(x))) if _is_half(x) else p
               for p, x in zip(inner.params, (*example_inputs, *weights))]
-    attrs = {"num_input": inner.attrs["num_input"]} if keep_params_as_input else None
+    bb = relax.BlockBuilder()
+    # the attrs go along: num_input, and the symbols' bounds (a sort's lowering needs them)
+    attrs = {k: inner.attrs[k] for k in inner.attrs.keys() if k != "global_symbol"} if inner.attrs else None
     with bb.function("main", params, attrs=attrs):
         with bb.dataflow():
-            args = [bb.emit(relax.op.astype(v, "float32")) if v.ty.dtype != p.ty.dtype else v
-                    for v, p in zip(params, inner.params)]
-            out = bb.emit(relax.Call(bb.add_func(inner.without_attr("global_symbol"), "main_float32"), args))
-            out = bb.emit_output(_narrow(bb, out, half))
+            for p, v in zip(inner.params, params):
+                if not v.same_as(p):
+                    bb.emit_normalized(relax.VarBinding(p, bb.normalize(relax.op.astype(v, "float32"))))
+            for block in inner.body.blocks:
+                for binding in block.bindings:
+                    bb.emit_normalized(binding)
+            out = bb.emit_output(_narrow(bb, inner.body.body, half))
         bb.emit_func_output(out)
-    mod = relax.transform.InlinePrivateFunctions()(relax.transform.DeadCodeElimination()(bb.get()))
+    mod = mod.clone()  # with the module's other functions
+    mod["main"] = bb.get()["main"]
+    mod = relax.transform.DeadCodeElimination()(mod)
     return (mod, [torch_to_numpy(w) for w in weights]) if keep_params_as_input else mod
 
 

@@ -1,6 +1,7 @@
 """PyTorch and ONNX import of the built-in models (small variants), checked against PyTorch."""
 from __future__ import annotations
 
+import copy
 import io
 
 import numpy as np
@@ -139,8 +140,8 @@ def test_half_precision_weights_as_parameters(cpu_target, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_decoder(cpu_target, dtype):
-    """A half-precision Llama (TVM's importer typed its float16 queries float32, and the
-    function failed to rebuild at the rotary multiply): computed in float32 inside, so it
+    """A half-precision Llama with a symbolic length (TVM's importer typed its float16 queries
+    float32, and the function failed to rebuild at the rotary multiply): computed in float32 inside, so it
     matches the float32 model on the same half weights within one rounding of the output."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(2)
@@ -156,14 +157,18 @@ def test_half_precision_decoder(cpu_target, dtype):
         def forward(self, ids):
             return self.net(ids, use_cache=False).last_hidden_state
 
-    ids = torch.randint(0, 50, (2, 7))
-    model = ext.Model(ext.build(from_torch(Hidden(net), (ids,)), cpu_target))
-    got = torch.from_dlpack(model(ids))
-    assert got.dtype == getattr(torch, dtype)
-    with torch.no_grad():
-        want = Hidden(net.float())(ids).numpy()
-    ulp = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7  # relative spacing of the half type
-    assert_close(got.float().numpy(), want, rtol=ulp, atol=1e-3, what=f"{dtype} Llama")
+    length = torch.export.Dim("length", min=2, max=32)  # symbolic: the float32 body's sizes read on
+    mod = from_torch(Hidden(net), (torch.randint(0, 50, (2, 7)),), dynamic_shapes={"ids": {1: length}})
+    model = ext.Model(ext.build(mod, cpu_target))
+    wide = Hidden(copy.deepcopy(net).float())
+    for n in (7, 12):
+        ids = torch.randint(0, 50, (2, n))
+        got = torch.from_dlpack(model(ids))
+        assert got.dtype == getattr(torch, dtype) and got.shape == (2, n, 32)
+        with torch.no_grad():
+            want = wide(ids).numpy()
+        ulp = 2.0 ** -10 if dtype == "float16" else 2.0 ** -7  # relative spacing of the half type
+        assert_close(got.float().numpy(), want, rtol=ulp, atol=1e-3, what=f"{dtype} Llama, {n} tokens")
 
 
 def test_float64_model_computes_in_float64(cpu_target):
