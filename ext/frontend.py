@@ -44,7 +44,8 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     ----------
     module : the ``torch.nn.Module``.
     example_inputs : tuple (or list) of example tensors, or one tensor (their shapes become the
-        static input shapes).
+        static input shapes); or a dict of keyword arguments (``model(**inputs)``, as for a
+        transformers model), which ``main`` then takes positionally in the dict's order.
     keep_params_as_input : keep the weights as parameters of ``main`` after the inputs (attr
         ``num_input``) instead of constants: every ``nn.Parameter`` and every persistent
         floating-point buffer (batch-norm running statistics): what a checkpoint's
@@ -60,7 +61,7 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
     """
     if isinstance(example_inputs, list):  # a list of tensors, as zoo_model returns: the inputs
         example_inputs = tuple(example_inputs)
-    if not isinstance(example_inputs, tuple):
+    if not isinstance(example_inputs, (tuple, dict)):
         example_inputs = (example_inputs,)
     if keep_params_as_input:
         module = _buffers_as_parameters(module)
@@ -81,7 +82,8 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
     import torch
 
     with torch.no_grad(), exportable_experts(module):
-        ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
+        ep = torch.export.export(module, (), example_inputs, dynamic_shapes=dynamic_shapes) if isinstance(
+            example_inputs, dict) else torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
         ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
     complex_constants_as_real(ep)
@@ -110,9 +112,14 @@ def _dtype_name(x) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
+def _values(example_inputs) -> tuple:
+    """The example tensors in the order ``main`` takes them (a dict's: its own order)."""
+    return tuple(example_inputs.values()) if isinstance(example_inputs, dict) else example_inputs
+
+
 def _half_dtype(module, example_inputs) -> str | None:
     """"float16"/"bfloat16" when the model's weights or inputs are half precision."""
-    half = [t for t in (*module.parameters(), *module.buffers(), *example_inputs) if _is_half(t)]
+    half = [t for t in (*module.parameters(), *module.buffers(), *_values(example_inputs)) if _is_half(t)]
     return _dtype_name(half[0]) if half else None
 
 
@@ -124,7 +131,8 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
     import copy
 
     half = _half_dtype(module, example_inputs)
-    wide_inputs = tuple(x.float() if _is_half(x) else x for x in example_inputs)
+    widened = [x.float() if _is_half(x) else x for x in _values(example_inputs)]
+    wide_inputs = dict(zip(example_inputs, widened)) if isinstance(example_inputs, dict) else tuple(widened)
     mod, wide_weights = _import(copy.deepcopy(module).float(), wide_inputs, dynamic_shapes, keep_params_as_input)
     state = module.state_dict()
     weights = [state.get(name, w) for name, w in wide_weights]  # the checkpoint's own dtypes
@@ -132,7 +140,7 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
     # main's own parameters where the dtypes agree; a half parameter's cast binds the float32
     # parameter's variable itself, so the body (and its symbolic sizes) reads on unchanged
     params = [relax.Var(p.name, relax.TensorType(p.ty.shape, _dtype_name(x))) if _is_half(x) else p
-              for p, x in zip(inner.params, (*example_inputs, *weights))]
+              for p, x in zip(inner.params, (*_values(example_inputs), *weights))]
     bb = relax.BlockBuilder()
     # the attrs go along: num_input, and the symbols' bounds (a sort's lowering needs them)
     attrs = {k: inner.attrs[k] for k in inner.attrs.keys() if k != "global_symbol"} if inner.attrs else None

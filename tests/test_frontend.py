@@ -208,3 +208,28 @@ def test_integer_matmul_stays_integer(cpu_target):
     got = ext.Model(ext.build(from_torch(IntMatmul(), (a, b)), cpu_target, verbose=False))(a, b).numpy()
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, (a @ b + 1).numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_keyword_inputs(cpu_target, dtype):
+    """``from_torch(model, {"attention_mask": m, "input_ids": i})``: the inputs as keyword
+    arguments (``model(**inputs)``), taken by ``main`` in the dict's order, which need not be the
+    signature's; a symbolic length by argument name."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
+                                     vocab_size=50)
+    net = transformers.BertModel(config).eval().to(getattr(torch, dtype))
+    ids, mask = torch.randint(0, 50, (2, 9)), torch.ones(2, 9, dtype=torch.int64)
+    mask[1, 5:] = 0
+    length = torch.export.Dim("length", min=2, max=32)
+    mod = from_torch(net, {"attention_mask": mask, "input_ids": ids},
+                     dynamic_shapes={"attention_mask": {1: length}, "input_ids": {1: length}})
+    assert [p.name for p in mod["main"].params] == ["attention_mask", "input_ids"]
+    model = ext.Model(ext.build(mod, cpu_target, verbose=False))
+    ids, mask = ids[:, :7], mask[:, :7]
+    got = torch.from_dlpack(model(mask, ids)[0]).float().numpy()
+    with torch.no_grad():
+        want = net.float()(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+    tol = 1e-4 if dtype == "float32" else 2e-3
+    assert_close(got, want, rtol=tol, atol=tol, what=f"keyword inputs, {dtype}")
