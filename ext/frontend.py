@@ -126,7 +126,8 @@ def _half_dtype(module, example_inputs) -> str | None:
 def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_input: bool):
     """The half-precision ``module`` imported as its float32 copy, wrapped so ``main`` takes and
     returns half tensors where the original does (float32 math: more accurate, and on a CPU
-    without half arithmetic what the kernels would do anyway). Weights kept as parameters
+    without half arithmetic what the kernels would do anyway; an output the original returns
+    in float32, such as upcast logits, stays float32). Weights kept as parameters
     keep their own dtype too: the casts of weights go to the weight transform."""
     import copy
 
@@ -152,7 +153,7 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
             for block in inner.body.blocks:
                 for binding in block.bindings:
                     bb.emit_normalized(binding)
-            out = bb.emit_output(_narrow(bb, inner.body.body, half))
+            out = bb.emit_output(_narrow(bb, inner.body.body, _output_dtypes(module, example_inputs), half))
         bb.emit_func_output(out)
     mod = mod.clone()  # with the module's other functions
     mod["main"] = bb.get()["main"]
@@ -160,14 +161,36 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
     return (mod, [torch_to_numpy(w) for w in weights]) if keep_params_as_input else mod
 
 
-def _narrow(bb, expr, half: str):
-    """``expr`` (a tensor or a tuple of them) with its float32 tensors cast to ``half``."""
+def _narrow(bb, expr, want: list | None, half: str):
+    """``expr`` (a tensor or nested tuples of them) with each float32 tensor cast to the dtype
+    ``want`` gives its position (the original's outputs' dtypes, flattened in order; consumed),
+    or to ``half`` where ``want`` is None."""
     ty = expr.ty
     if isinstance(ty, relax.TupleType):
-        return bb.emit(relax.Tuple([_narrow(bb, bb.emit(relax.TupleGetItem(expr, i)), half) for i in range(len(ty.fields))]))
-    if isinstance(ty, relax.TensorType) and ty.dtype == "float32":
-        return bb.emit(relax.op.astype(expr, half))
+        return bb.emit(relax.Tuple([_narrow(bb, bb.emit(relax.TupleGetItem(expr, i)), want, half)
+                                    for i in range(len(ty.fields))]))
+    dtype = half if want is None else want.pop(0) if want else None
+    if isinstance(ty, relax.TensorType) and ty.dtype == "float32" and dtype not in (None, "float32"):
+        return bb.emit(relax.op.astype(expr, dtype))
     return expr
+
+
+def _output_dtypes(module, example_inputs) -> list | None:
+    """The dtypes of ``module``'s outputs (flattened in order), found by running it on fake
+    tensors (no arithmetic); None where that fails (every float32 result of the float32 copy
+    is then taken for a half one)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+            fake = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, example_inputs)
+            out = module(**fake) if isinstance(fake, dict) else module(*fake)
+        leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        return [_dtype_name(t) for t in leaves]
+    except Exception:  # noqa: BLE001 - a model fake tensors cannot run: see the docstring
+        return None
 
 
 def _buffers_as_parameters(module):

@@ -233,3 +233,21 @@ def test_keyword_inputs(cpu_target, dtype):
         want = net.float()(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
     tol = 1e-4 if dtype == "float32" else 2e-3
     assert_close(got, want, rtol=tol, atol=tol, what=f"keyword inputs, {dtype}")
+
+
+def test_half_model_keeps_a_float32_output():
+    """A half model that upcasts one output (logits.float()) returns it in float32, the other
+    in half: the output dtypes are the original's, not all narrowed."""
+    class Upcast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y.float().softmax(-1), y
+
+    net = Upcast().eval().half()
+    x = torch.randn(3, 6).half()
+    main = from_torch(net, (x,))["main"]
+    assert [str(f.dtype) for f in main.ret_ty.fields] == ["float32", "float16"]
