@@ -263,13 +263,25 @@ class ExtraOps(Emitting):
         return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
 
     def _searchsorted(self, node):
-        """``searchsorted(sorted 1-D, values)``: a bucketize of the values (``right`` as given;
-        ``side="right"`` too). A batched sorted sequence or a ``sorter`` does not import."""
+        """``searchsorted(sorted, values)`` (``right`` as given; ``side="right"`` too). A 1-D sorted
+        sequence: a bucketize of the values. A batched one (rows of the last axis, the leading
+        axes as the values'): each value's count of the entries of its row below it (at or
+        below it with ``right``), a NaN value past every entry. A ``sorter`` does not import."""
         seq, values = self.env[node.args[0]], self.env[node.args[1]]
         right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
-        if len(seq.ty.shape) != 1 or node.kwargs.get("sorter") is not None:
-            raise NotImplementedError("searchsorted: only a 1-D sorted sequence without a sorter imports")
-        return self._nan_last_bucket(values, seq, bool(node.kwargs.get("out_int32", False)), right)
+        out_int32 = bool(node.kwargs.get("out_int32", False))
+        if node.kwargs.get("sorter") is not None:
+            raise NotImplementedError("searchsorted: a sorter argument does not import (sort the sequence first)")
+        if len(seq.ty.shape) == 1:
+            return self._nan_last_bucket(values, seq, out_int32, right)
+        below = (relax.op.less_equal if right else relax.op.less)(
+            self._emit(relax.op.expand_dims(seq, [-2])), self._emit(relax.op.expand_dims(values, [-1])))
+        dtype = "int32" if out_int32 else "int64"
+        count = self._emit(relax.op.sum(self._emit(relax.op.astype(self._emit(below), dtype)), axis=[-1]))
+        if "float" not in str(values.ty.dtype):
+            return count
+        end = relax.const(int(seq.ty.shape[-1]), dtype)
+        return self._emit(relax.op.where(relax.op.isnan(values), end, count))
 
     def _bucketize_nan_last(self, node):
         values, seq = self.env[node.args[0]], self.env[node.args[1]]

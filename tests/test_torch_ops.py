@@ -57,6 +57,10 @@ CASES = {
     "median": (lambda x: x.median(1)[0] + x.median(1)[1].float() + x.median() + x[:, :6].median(1)[0], [(5, 7)]),
     "searchsorted": (lambda x: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 2.0]), x).float()
                      + torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5]), x, right=True).float() * 10, [(3, 7)]),
+    # one sorted row per row of values (the leading axes alike), ties at both sides, a NaN value
+    "searchsorted_batched": (lambda x: torch.searchsorted(torch.sort(x[:, :4], 1).values, torch.cat(
+        [x[:, :4], x[:, :2], torch.full((3, 1), float("nan"))], 1)).float() + torch.searchsorted(
+        torch.sort(x[:, 2:6], 1).values, x, side="right").float() * 10, [(3, 7)]),
     # bool operands of `*` and of comparisons: TVM's LLVM backend read them as floats and failed
     "bool_arithmetic": (lambda x: torch.isfinite(x).float() + torch.count_nonzero(x > 0, 1).float()[:, None]
                         + torch.isclose(x, x * 1.0000001).float() + torch.logaddexp(x, x.flip(-1)), [(3, 7)]),
