@@ -81,6 +81,7 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
     their names in the state dict: ``[(name, tensor)]``)."""
     import torch
 
+    _register_cache_pytrees(module)
     with torch.no_grad(), exportable_experts(module):
         ep = torch.export.export(module, (), example_inputs, dynamic_shapes=dynamic_shapes) if isinstance(
             example_inputs, dict) else torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
@@ -110,6 +111,22 @@ def _is_half(x) -> bool:
 
 def _dtype_name(x) -> str:
     return str(x.dtype).replace("torch.", "")
+
+
+def _register_cache_pytrees(module) -> None:
+    """transformers' caches (``DynamicCache``, ``EncoderDecoderCache``: what a decoder called with
+    its default ``use_cache=True`` returns) as pytree nodes, so ``torch.export`` flattens them into
+    their key and value tensors, outputs of ``main`` after the logits; unregistered, the export
+    failed ("Found DynamicCache in output, which is not a known type")."""
+    try:
+        from transformers import PreTrainedModel
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:  # no transformers, or one without its exporter
+        return
+    for sub in module.modules():
+        if isinstance(sub, PreTrainedModel):
+            register_cache_pytrees_for_model(sub)
+            return
 
 
 def _values(example_inputs) -> tuple:

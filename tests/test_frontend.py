@@ -251,3 +251,21 @@ def test_half_model_keeps_a_float32_output():
     x = torch.randn(3, 6).half()
     main = from_torch(net, (x,))["main"]
     assert [str(f.dtype) for f in main.ret_ty.fields] == ["float32", "float16"]
+
+
+def test_decoder_with_its_default_cache(cpu_target):
+    """A causal LM called as transformers builds it (``use_cache=True``) returns a
+    ``DynamicCache``: registered as a pytree, it comes out as the key and value tensors after
+    the logits (the export had failed on it)."""
+    transformers = pytest.importorskip("transformers")
+    from torch.utils._pytree import tree_flatten
+
+    torch.manual_seed(5)
+    net = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=60)).eval()
+    ids = torch.randint(0, 60, (2, 7))
+    outs = ext.Model(ext.build(from_torch(net, {"input_ids": ids}), cpu_target, verbose=False))(ids)
+    with torch.no_grad():
+        want = [t.numpy() for t in tree_flatten(net(input_ids=ids))[0] if isinstance(t, torch.Tensor)]
+    assert len(outs) == len(want) == 1 + 2 * 2  # logits, then (key, value) per layer
+    for got, ref in zip(outs, want):
+        assert_close(got.numpy(), ref, rtol=1e-4, atol=1e-4, what="GPT-2 logits and cache")
