@@ -254,11 +254,12 @@ def from_onnx(model, shape_dict: dict | None = None, opset: int | None = None, *
     from tvm.relax.frontend.onnx import from_onnx as _from_onnx
 
     from .onnx_fixes import integer_initializers_as_constants, prepare
+    from .onnx_quantized import qdq_form
     from .onnx_importer import converters
 
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(str(model))
-    model = prepare(model, shape_dict)
+    model = qdq_form(prepare(model, shape_dict))  # prepare copies: the caller's model stays as it was
     if keep_params_as_input:
         model = integer_initializers_as_constants(model)
     try:
