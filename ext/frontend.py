@@ -200,6 +200,9 @@ def _output_dtypes(module, example_inputs) -> list | None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_flatten, tree_map
 
+    # what a forward stores on its modules (a cache of rotary tables, say) would be fake tensors
+    # afterwards: every module's attributes, parameters and buffers are put back as they were
+    saved = [(sub, dict(sub.__dict__), dict(sub._parameters), dict(sub._buffers)) for sub in module.modules()]
     try:
         with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
             fake = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, example_inputs)
@@ -208,6 +211,13 @@ def _output_dtypes(module, example_inputs) -> list | None:
         return [_dtype_name(t) for t in leaves]
     except Exception:  # noqa: BLE001 - a model fake tensors cannot run: see the docstring
         return None
+    finally:
+        for sub, attrs, params, buffers in saved:
+            sub.__dict__.clear()
+            sub.__dict__.update(attrs)
+            for table, values in ((sub._parameters, params), (sub._buffers, buffers)):
+                table.clear()
+                table.update(values)
 
 
 def _buffers_as_parameters(module):

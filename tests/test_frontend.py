@@ -269,3 +269,23 @@ def test_decoder_with_its_default_cache(cpu_target):
     assert len(outs) == len(want) == 1 + 2 * 2  # logits, then (key, value) per layer
     for got, ref in zip(outs, want):
         assert_close(got.numpy(), ref, rtol=1e-4, atol=1e-4, what="GPT-2 logits and cache")
+
+
+def test_half_import_leaves_the_module_as_it_was():
+    """Finding a half model's output dtypes runs its forward on fake tensors; what that forward
+    stores on the module (a table cached on first use) is put back, so the module still runs."""
+    class Caching(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.table = torch.nn.Linear(4, 4), None
+
+        def forward(self, x):
+            if self.table is None:
+                self.table = torch.arange(x.shape[0], dtype=x.dtype)[:, None]
+            return self.fc(x) + self.table
+
+    net = Caching().eval().half()
+    x = torch.randn(3, 4).half()
+    from_torch(net, (x,))
+    assert net.table is None
+    assert net(x).dtype == torch.float16
