@@ -107,3 +107,49 @@ def test_qdq_format_imports_as_it_is(tmp_path, cpu_target):
     quantization.quantize_static(_float_model(tmp_path, shape), path, _Calibration(shape),
                                  quant_format=quantization.QuantFormat.QDQ)
     _check_against_onnxruntime(path, shape, cpu_target)
+
+
+def _graph_case(name):
+    """A one-node ONNX model of ``name`` with edge-case operands, and its feed."""
+    from onnx import TensorProto as T, helper, numpy_helper as nh
+
+    rng = np.random.default_rng(4)
+
+    def scalar(value, dtype, key):
+        return nh.from_array(np.array(value, dtype), key)
+
+    if name == "QLinearConv":  # uint8 weights with a zero point, no bias, stride 2, uneven pads
+        x = rng.integers(0, 256, (1, 5, 9, 7), dtype=np.uint8)
+        node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+                                strides=[2, 2], pads=[1, 0, 1, 2])
+        inits = [scalar(0.02, np.float32, "xs"), scalar(128, np.uint8, "xz"),
+                 nh.from_array(rng.integers(0, 256, (6, 5, 3, 3), dtype=np.uint8), "w"),
+                 scalar(0.01, np.float32, "ws"), scalar(120, np.uint8, "wz"), scalar(0.5, np.float32, "ys"),
+                 scalar(10, np.uint8, "yz")]
+        types = (T.UINT8, T.UINT8)
+    elif name == "ConvInteger":  # no zero points
+        x = rng.integers(-20, 20, (2, 3, 8, 8), dtype=np.int8)
+        node = helper.make_node("ConvInteger", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+        inits = [nh.from_array(rng.integers(-20, 20, (4, 3, 3, 3), dtype=np.int8), "w")]
+        types = (T.INT8, T.INT32)
+    else:  # QLinearMatMul with a batched int8 left operand
+        x = rng.integers(-128, 128, (2, 5, 16), dtype=np.int8)
+        node = helper.make_node("QLinearMatMul", ["x", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+        inits = [scalar(0.05, np.float32, "as"), scalar(3, np.int8, "az"),
+                 nh.from_array(rng.integers(-128, 128, (16, 7), dtype=np.int8), "b"), scalar(0.02, np.float32, "bs"),
+                 scalar(0, np.int8, "bz"), scalar(0.9, np.float32, "ys"), scalar(-5, np.int8, "yz")]
+        types = (T.INT8, T.INT8)
+    graph = helper.make_graph([node], name, [helper.make_tensor_value_info("x", types[0], x.shape)],
+                              [helper.make_tensor_value_info("y", types[1], None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model, x
+
+
+@pytest.mark.parametrize("name", ["QLinearConv", "ConvInteger", "QLinearMatMul"])
+def test_integer_operators_match_onnxruntime_exactly(cpu_target, name):
+    model, x = _graph_case(name)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ext.Model(ext.build(ext.frontend.from_onnx(model), cpu_target, verbose=False))(x).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
