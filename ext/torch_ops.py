@@ -4,7 +4,7 @@ Each was an ``UnsupportedOperatorError`` for a plain PyTorch program: ``x.amax(d
 ``amin`` (max-abs scaling, some norms), ``torch.var_mean``, ``x.prod(dim)``, ``torch.fmax`` /
 ``fmin`` (the NaN-ignoring max), ``torch.hypot``, ``F.rrelu`` in eval mode, ``>>`` / ``<<`` on
 integers, ``torch.logcumsumexp``, ``torch.cdist``, ``erfc``, ``exp2``, ``signbit``, ``copysign``,
-``dist``, ``kthvalue``, ``searchsorted``; and ops it translated unlike PyTorch: ``elu``'s scale,
+``dist``, ``kthvalue``, ``searchsorted``, ``cummax``/``cummin``; and ops it translated unlike PyTorch: ``elu``'s scale,
 ``median`` and ``bucketize`` at NaN, an integer ``clamp`` with one bound (indexing and layout
 ops: ``torch_layout_ops``). ``ExtraOps.extra_converters()`` maps their
 ATen names to the translations below; the importer adds them to its table.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import tvm
 from tvm import relax
 
 
@@ -73,6 +74,8 @@ class ExtraOps(Emitting):
             "bitwise_right_shift.Tensor_Scalar": lambda node: self._shift(node, relax.op.right_shift),
             "bitwise_left_shift.Tensor_Scalar": lambda node: self._shift(node, relax.op.left_shift),
             "logcumsumexp.default": self._logcumsumexp,
+            "cummax.default": lambda node: self._cumulative_extreme(node, larger=True),
+            "cummin.default": lambda node: self._cumulative_extreme(node, larger=False),
             "_cdist_forward.default": self._cdist,
             "elu.default": self._elu,
             "erfc.default": lambda node: self._unary(node, lambda x: relax.op.subtract(
@@ -185,6 +188,42 @@ class ExtraOps(Emitting):
         m = self._emit(relax.op.where(finite, m, relax.const(0.0, dt)))
         total = relax.op.cumsum(relax.op.exp(relax.op.subtract(x, m)), axis=dim)
         return self._emit(relax.op.add(relax.op.log(total), m))
+
+    def _cumulative_extreme(self, node, larger: bool):
+        """``cummax`` / ``cummin``: ``(values, indices)`` by a log-step scan, ``ceil(log2(n))``
+        rounds of ``out[j] = pick(out[j - s], out[j])`` for s = 1, 2, 4, ... As in PyTorch, a
+        later element equal to the running extreme takes its place (the index is the last one),
+        and NaN beats every number, a later NaN an earlier one."""
+        x, dim = self.env[node.args[0]], node.args[1]
+        if any(not isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape):
+            raise NotImplementedError(f"{node.target}: symbolic sizes are not supported (static shapes only)")
+        shape = [int(d) for d in x.ty.shape]
+        dim %= len(shape)
+        n, dt = shape[dim], str(x.ty.dtype)
+        floating = "float" in dt
+        idx_shape = [n if i == dim else 1 for i in range(len(shape))]
+        values = x
+        index = self._emit(relax.op.broadcast_to(relax.op.reshape(relax.op.arange(0, n, 1, "int64"), idx_shape),
+                                                 shape))
+        compare = relax.op.greater_equal if larger else relax.op.less_equal
+        step = 1
+        while step < n:
+            lead = [step if i == dim else d for i, d in enumerate(shape)]
+            # the element ``step`` before; in front of the first ones an element every pick passes over
+            fill = relax.op.full(lead, relax.const(float("-inf") if larger else float("inf"), dt) if floating
+                                 else relax.const(-(2 ** 31) if larger else 2 ** 31 - 1, dt), dt)
+            before = self._emit(relax.op.concat([fill, relax.op.strided_slice(values, [dim], [0], [n - step])], dim))
+            before_at = self._emit(relax.op.concat([relax.op.zeros(lead, "int64"),
+                                                    relax.op.strided_slice(index, [dim], [0], [n - step])], dim))
+            keep = compare(values, before)
+            if floating:  # a NaN takes the place of anything, a NaN's place is taken by NaNs only
+                keep = relax.op.logical_or(relax.op.isnan(values),
+                                           relax.op.logical_and(relax.op.logical_not(relax.op.isnan(before)), keep))
+            keep = self._emit(keep)
+            values = self._emit(relax.op.where(keep, values, before))
+            index = self._emit(relax.op.where(keep, index, before_at))
+            step *= 2
+        return self._emit(relax.Tuple([values, index]))
 
     # PyTorch passes an omitted pool stride as ``[]`` (the kernel size); the stock translations
     # took only None for that and gave Relax an empty stride (max_pool3d failed to build)

@@ -57,6 +57,11 @@ CASES = {
     "median": (lambda x: x.median(1)[0] + x.median(1)[1].float() + x.median() + x[:, :6].median(1)[0], [(5, 7)]),
     "searchsorted": (lambda x: torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5, 2.0]), x).float()
                      + torch.searchsorted(torch.tensor([-1.0, 0.0, 0.5]), x, right=True).float() * 10, [(3, 7)]),
+    # running extremes with ties (rounded values: the later index wins) and NaNs (a later NaN wins)
+    "cummax_cummin": (lambda x: torch.cat([t.float() for t in (
+        *torch.cummax(torch.where(x > 1.2, float("nan"), (x * 2).round()), 1),
+        *torch.cummin(torch.where(x < -1.5, float("nan"), (x * 2).round()), 0),
+        *torch.cummax((x * 3).round().long(), 1))], 1), [(6, 13)]),
     # one sorted row per row of values (the leading axes alike), ties at both sides, a NaN value
     "searchsorted_batched": (lambda x: torch.searchsorted(torch.sort(x[:, :4], 1).values, torch.cat(
         [x[:, :4], x[:, :2], torch.full((3, 1), float("nan"))], 1)).float() + torch.searchsorted(
