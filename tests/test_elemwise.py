@@ -117,6 +117,6 @@ def test_reciprocal_form_follows_the_target():
     from ext.topi_kernels.elemwise import divides_fast
 
     assert divides_fast(ext.target.cpu("haswell"))
-    assert not divides_fast(ext.target.cpu("skylake-avx512"))
+    assert divides_fast(ext.target.cpu("skylake-avx512"))  # since stop 51 (fused chains built for minutes)
     assert not divides_fast(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     assert not divides_fast(None)  # no target being built for: the Newton form
