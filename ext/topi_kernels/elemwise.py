@@ -36,10 +36,11 @@ NaN exactly as PyTorch does. ``relu(x) = x < 0 ? 0 : x`` keeps NaN (as
 ``x P(x^2) / Q(x^2)`` (absolute error <= 5e-7, +-1 from |x| = 3.92),
 ``gelu(x) = x/2 * (1 + erf(x / sqrt 2))`` and ``gelu_tanh(x) = x * sigmoid(2u)`` (the same as
 ``x/2 * (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``). Their reciprocals
-(``reciprocal``) depend on the target being built for (``Target.current()``): on AVX-512 CPUs
-and non-CPU targets, Newton steps from a bit-trick guess (``recip_bounded``), not divides: a
-``vdivps`` on zmm issues once per 10-16 cycles on Xeons, and the divide made GELU cost 23% of a
-128x768x3072 GEMM's time in its epilogue (now 4%). On CPUs with 256-bit vectors a ``vdivps``
+(``reciprocal``) depend on the target being built for (``Target.current()``): off the CPU,
+Newton steps from a bit-trick guess (``recip_bounded``); on every CPU a divide (on AVX-512 the
+Newton form was used until the stop-51 fix in ``divides_fast``: a zmm ``vdivps`` issues once per
+10-16 cycles on Xeons, and the divide had made GELU cost 23% of a 128x768x3072 GEMM's time in
+its epilogue, 4% with Newton, but fused chains of them built for minutes). On CPUs with 256-bit vectors a ``vdivps``
 on ymm (one per ~5 cycles on Zen 4) is the faster choice: the Newton chain's 7 dependent
 operations made sigmoid latency-bound (each vector's ~100-cycle chain, few in flight), and the
 divide took SiLU over 1.2 M floats from 0.64 to 0.43 ms on an AVX2 Zen 4 (2 threads).
