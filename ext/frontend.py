@@ -65,12 +65,13 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         example_inputs = (example_inputs,)
     if keep_params_as_input:
         module = _buffers_as_parameters(module)
-    if _half_dtype(module, example_inputs) is not None:
+    half = _half_dtype(module, example_inputs)
+    if half is not None:
         # TVM's importer mistypes half precision: a float16 conv2d's result as float32 (then
         # the float16 bias cannot be added), Llama's float16 queries as float32 (a pass that
         # rebuilds the function then fails on its multiply with the float16 rotary table):
         # import the float32 copy and cast at the function's boundary
-        return _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_input)
+        return _computed_in_float32(module, example_inputs, half, dynamic_shapes, keep_params_as_input)
     mod, weights = _import(module, example_inputs, dynamic_shapes, keep_params_as_input)
     return (mod, [torch_to_numpy(w) for _, w in weights]) if keep_params_as_input else mod
 
@@ -140,7 +141,7 @@ def _half_dtype(module, example_inputs) -> str | None:
     return _dtype_name(half[0]) if half else None
 
 
-def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_input: bool):
+def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes, keep_params_as_input: bool):
     """The half-precision ``module`` imported as its float32 copy, wrapped so ``main`` takes and
     returns half tensors where the original does (float32 math: more accurate, and on a CPU
     without half arithmetic what the kernels would do anyway; an output the original returns
@@ -148,7 +149,6 @@ def _computed_in_float32(module, example_inputs, dynamic_shapes, keep_params_as_
     keep their own dtype too: the casts of weights go to the weight transform."""
     import copy
 
-    half = _half_dtype(module, example_inputs)
     widened = [x.float() if _is_half(x) else x for x in _values(example_inputs)]
     wide_inputs = dict(zip(example_inputs, widened)) if isinstance(example_inputs, dict) else tuple(widened)
     mod, wide_weights = _import(copy.deepcopy(module).float(), wide_inputs, dynamic_shapes, keep_params_as_input)

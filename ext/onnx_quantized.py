@@ -37,7 +37,7 @@ REWRITTEN = (*_LINEAR, "QGemm", "QLinearConcat", "ConvInteger")
 
 
 class _Rewriter:
-    """Emits the replacement nodes of one model; ``rank`` gives an initializer's rank (the
+    """Emits the replacement nodes of one model; ``ranks`` gives an initializer's rank (the
     per-channel scale of a weight is reshaped to broadcast along its axis)."""
 
     def __init__(self, model):
