@@ -89,6 +89,7 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
         ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
     complex_constants_as_real(ep)
+    _refuse_side_effects(ep)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
     except AssertionError as err:
@@ -102,6 +103,19 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
     by_arg = {spec.arg.name: spec.target for spec in ep.graph_signature.input_specs if spec.target}
     mod = _without_params_attr(mod)
     return mod, [(by_arg[p.name], ep.state_dict[by_arg[p.name]]) for p in _weight_vars(mod)]
+
+
+def _refuse_side_effects(ep) -> None:
+    """Ops with side effects (``torch.linalg.inv``'s and ``solve``'s error checks,
+    ``aten._linalg_check_errors``) reach the program as ``with_effects`` calls threaded by
+    tokens, which TVM's importer stops at with "Unsupported input kind: InputKind.TOKEN":
+    refused by name, with the ops the program runs beside them."""
+    effects = sorted({str(n.args[1]) for n in ep.graph.nodes
+                      if n.op == "call_function" and "with_effects" in str(n.target)})
+    if effects:
+        beside = sorted({str(n.target).replace("aten.", "") for n in ep.graph.nodes if n.op == "call_function"
+                         and "linalg" in str(n.target)})
+        raise UnsupportedOperatorError("PyTorch", [f"{e} (an op with side effects)" for e in effects] + beside)
 
 
 def _is_half(x) -> bool:

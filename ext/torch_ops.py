@@ -4,7 +4,8 @@ Each was an ``UnsupportedOperatorError`` for a plain PyTorch program: ``x.amax(d
 ``amin`` (max-abs scaling, some norms), ``torch.var_mean``, ``x.prod(dim)``, ``torch.fmax`` /
 ``fmin`` (the NaN-ignoring max), ``torch.hypot``, ``F.rrelu`` in eval mode, ``>>`` / ``<<`` on
 integers, ``torch.logcumsumexp``, ``torch.cdist``, ``erfc``, ``exp2``, ``signbit``, ``copysign``,
-``dist``, ``kthvalue``, ``searchsorted``, ``cummax``/``cummin``; and ops it translated unlike PyTorch: ``elu``'s scale,
+``dist``, ``kthvalue``, ``searchsorted``, ``cummax``/``cummin``, ``nanmedian``, ``histc``,
+``pdist``, ``ldexp``; and ops it translated unlike PyTorch: ``elu``'s scale,
 ``median`` and ``bucketize`` at NaN, an integer ``clamp`` with one bound (indexing and layout
 ops: ``torch_layout_ops``). ``ExtraOps.extra_converters()`` maps their
 ATen names to the translations below; the importer adds them to its table.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -91,6 +93,11 @@ class ExtraOps(Emitting):
             "bucketize.Tensor": self._bucketize_nan_last,
             "median.dim": self._median,
             "median.default": self._median,
+            "nanmedian.dim": self._nanmedian,
+            "nanmedian.default": self._nanmedian,
+            "histc.default": self._histc,
+            "_pdist_forward.default": self._pdist,
+            "ldexp.Tensor": self._ldexp,
             "sort.stable": self._sort,  # argsort is a stable sort (std::stable_sort; ties keep their order)
             "group_norm.default": lambda node: self._group_norm_of(node, 2, 3, node_arg(node, 1, "num_groups"),
                                                                    node_arg(node, 4, "eps", 1e-5)),
@@ -366,13 +373,86 @@ class ExtraOps(Emitting):
         """``cdist(x1 (.., M, D), x2 (.., N, D), p)``: ``(sum |x1_i - x2_j|^p)^(1/p)``, computed
         directly (PyTorch's matrix-product form for p = 2 differs in rounding only)."""
         a, b, p = self.env[node.args[0]], self.env[node.args[1]], node.args[2]
-        diff = relax.op.abs(relax.op.subtract(relax.op.expand_dims(a, -2), relax.op.expand_dims(b, -3)))
-        dt = a.ty.dtype
-        if p == math.inf:
-            return self._emit(relax.op.max(diff, [-1]))
-        if p == 2:
-            return self._emit(relax.op.sqrt(relax.op.sum(relax.op.multiply(diff, diff), [-1])))
-        if p == 1:
-            return self._emit(relax.op.sum(diff, [-1]))
-        powered = relax.op.sum(relax.op.power(diff, relax.const(float(p), dt)), [-1])
-        return self._emit(relax.op.power(powered, relax.const(1.0 / p, dt)))
+        return self._emit(_p_norm(relax.op.subtract(relax.op.expand_dims(a, -2), relax.op.expand_dims(b, -3)),
+                                  p, a.ty.dtype))
+
+    def _pdist(self, node):
+        """``pdist(x (N, D), p)``: the p-norm distance of every pair of rows ``i < j``, in row
+        order (``N (N - 1) / 2`` values), read from constant pair indices."""
+        x, p = self.env[node.args[0]], float(node_arg(node, 1, "p", 2.0))
+        n = size_of(x, 0)
+        if not isinstance(n, int):
+            raise ValueError("pdist: the number of rows must be static (it sets the output's size); "
+                             f"got the symbolic {n}")
+        first, second = np.triu_indices(n, 1)
+        rows = [relax.op.take(x, relax.const(i.astype("int64")), axis=0) for i in (first, second)]
+        return self._emit(_p_norm(relax.op.subtract(*rows), p, x.ty.dtype))
+
+    def _histc(self, node):
+        """``histc(x, bins, min, max)``: counts of the values in ``bins`` equal bins over
+        ``[min, max]`` (the data's own range when both are 0, widened by 1 each way when it is a
+        single value), values outside and NaN not counted; the last bin holds ``max``. A value's
+        bin is ``floor((x - min) * bins / (max - min))`` in the input's dtype, as PyTorch computes it."""
+        x = self._emit(relax.op.reshape(self.env[node.args[0]], [-1]))
+        dt = x.ty.dtype
+        bins = int(node_arg(node, 1, "bins", 100))
+        lo, hi = float(node_arg(node, 2, "min", 0)), float(node_arg(node, 3, "max", 0))
+        if lo == hi:
+            lo_e, hi_e = relax.op.min(x), relax.op.max(x)
+            same = relax.op.equal(lo_e, hi_e)
+            lo_e = self._emit(relax.op.where(same, relax.op.subtract(lo_e, relax.const(1.0, dt)), lo_e))
+            hi_e = self._emit(relax.op.where(same, relax.op.add(hi_e, relax.const(1.0, dt)), hi_e))
+        else:
+            lo_e, hi_e = relax.const(lo, dt), relax.const(hi, dt)
+        scaled = relax.op.divide(relax.op.multiply(relax.op.subtract(x, lo_e), relax.const(float(bins), dt)),
+                                 relax.op.subtract(hi_e, lo_e))
+        index = relax.op.minimum(relax.op.astype(relax.op.floor(scaled), "int64"), relax.const(bins - 1, "int64"))
+        inside = relax.op.logical_and(relax.op.greater_equal(x, lo_e), relax.op.less_equal(x, hi_e))
+        index = self._emit(relax.op.where(inside, index, relax.const(-1, "int64")))
+        hits = relax.op.equal(relax.op.expand_dims(index, 1), relax.op.arange(0, bins, 1, "int64"))
+        return self._emit(relax.op.sum(relax.op.astype(hits, dt), [0]))
+
+    def _nanmedian(self, node):
+        """The median of the values that are not NaN (NaN where all are): the lower middle of
+        the sorted non-NaN values, read from a stable argsort in which NaN sorts as +inf."""
+        x = self.env[node.args[0]]
+        whole = node.target.__name__.endswith("default")
+        if whole:
+            x, dim, keep = self._emit(relax.op.reshape(x, [-1])), 0, False
+        else:
+            dim, keep = node_arg(node, 1, "dim", -1), bool(node_arg(node, 2, "keepdim", False))
+        nan = relax.op.isnan(x)
+        order = self._emit(relax.op.argsort(relax.op.where(nan, relax.const(math.inf, x.ty.dtype), x),
+                                            axis=dim, dtype="int64"))
+        count = relax.op.sum(relax.op.astype(relax.op.logical_not(nan), "int64"), [dim], keepdims=True)
+        middle = relax.op.maximum(relax.op.floor_divide(relax.op.subtract(count, relax.const(1, "int64")),
+                                                        relax.const(2, "int64")), relax.const(0, "int64"))
+        index = self._emit(relax.op.gather_elements(order, middle, axis=dim))
+        values = relax.op.gather_elements(x, index, axis=dim)
+        if not keep:
+            values, index = relax.op.squeeze(values, [dim]), relax.op.squeeze(index, [dim])
+        if whole:
+            return self._emit(values)
+        return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
+
+    def _ldexp(self, node):
+        """``x * 2**e``, float like PyTorch (an integer ``x`` gives float32)."""
+        x, e = self.env[node.args[0]], self.env[node.args[1]]
+        dt = x.ty.dtype if str(x.ty.dtype).startswith(("float", "bfloat")) else "float32"
+        x = x if x.ty.dtype == dt else relax.op.astype(x, dt)
+        return self._emit(relax.op.multiply(x, relax.op.power(relax.const(2.0, dt), relax.op.astype(e, dt))))
+
+
+def _p_norm(diff, p: float, dt: str):
+    """``(sum |diff|^p)^(1/p)`` over the last axis (p = inf: the largest ``|diff|``)."""
+    diff = relax.op.abs(diff)
+    if p == math.inf:
+        return relax.op.max(diff, [-1])
+    if p == 2:
+        return relax.op.sqrt(relax.op.sum(relax.op.multiply(diff, diff), [-1]))
+    if p == 1:
+        return relax.op.sum(diff, [-1])
+    if p == 0:
+        return relax.op.sum(relax.op.astype(relax.op.not_equal(diff, relax.const(0.0, dt)), dt), [-1])
+    powered = relax.op.sum(relax.op.power(diff, relax.const(float(p), dt)), [-1])
+    return relax.op.power(powered, relax.const(1.0 / p, dt))

@@ -22,6 +22,13 @@ W3 = [torch.randn(*s, generator=torch.Generator().manual_seed(1)) for s in
       ((2, 3, 3, 3, 3), (4, 2, 3, 2, 3), (3, 5, 2, 2, 2))]
 
 
+def _nans(x):
+    """``x`` with NaN at a few places: one in row 1, row 3 all NaN, three in row 4."""
+    x = x.clone()
+    x[1, 2] = x[3] = x[4, :3] = float("nan")
+    return x
+
+
 def _put(x, index, value):
     y = x.clone()
     y[index] = value
@@ -139,6 +146,14 @@ CASES = {
         torch.full((3, 4), 7.0).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), x, "mean"),
         torch.zeros(3, 4, dtype=torch.long).scatter_reduce(1, (torch.arange(7) % 4).repeat(3, 1), (x * 10).long(),
                                                            "amax", include_self=False).float()], 1), [(3, 7)]),
+    # the median of the non-NaN values (a row of NaN stays NaN), indices where the row has values
+    "nanmedian": (lambda x: torch.cat([torch.nanmedian(_nans(x), 1)[0], torch.nanmedian(_nans(x))[None],
+                                       torch.nanmedian(_nans(x)[[0, 1, 4]], 1)[1].float()]), [(5, 7)]),
+    "histc": (lambda x: torch.cat([torch.histc(_nans(x), 7, -1, 1.5), torch.histc(x, 5),
+                                   torch.histc(torch.ones(5) * x[0, 0], 4)]), [(5, 7)]),
+    "pdist": (lambda x: torch.cat([torch.pdist(x, p) for p in (2, 1, 3, float("inf"), 0)]), [(5, 3)]),
+    "ldexp": (lambda x: torch.ldexp(x, (x * 3).round().int()) + torch.ldexp((x * 3).long(), torch.arange(-2, 5)),
+              [(3, 7)]),
     # a float divided by a constant zero stopped the build (TIR's "Divide by zero"): IEEE's infinities
     "divide_by_zero": (lambda x: torch.cat([x, torch.cat([x, torch.zeros(3, 1)], 1) / 0.0, x.sum(1, keepdim=True) / -0.0],
                                            1), [(3, 7)]),
