@@ -343,16 +343,28 @@ class ExtraOps(Emitting):
         end = relax.const(int(seq.ty.shape[0]), "int32" if out_int32 else "int64")
         return self._emit(relax.op.where(relax.op.isnan(values), end, buckets))
 
+    def _median_operand(self, node):
+        """``(x, dim, keepdim, whole)`` of a ``median``/``nanmedian`` node: ``.default`` reads all
+        elements (``x`` flattened, ``whole``), ``.dim`` one axis."""
+        x = self.env[node.args[0]]
+        if node.target.__name__.endswith("default"):
+            return self._emit(relax.op.reshape(x, [-1])), 0, False, True
+        return x, node_arg(node, 1, "dim", -1), bool(node_arg(node, 2, "keepdim", False)), False
+
+    def _median_result(self, x, index, dim: int, keep: bool, whole: bool):
+        """The value at ``index`` (kept axis ``dim``); ``(values, indices)`` unless ``whole``."""
+        values = relax.op.gather_elements(x, index, axis=dim)
+        if not keep:
+            values, index = relax.op.squeeze(values, [dim]), relax.op.squeeze(index, [dim])
+        if whole:
+            return self._emit(values)
+        return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
+
     def _median(self, node):
         """PyTorch's median: the lower middle of the sorted values, NaN (and the first NaN's index)
         for a row holding one. ``median.default`` reads all elements, ``median.dim`` returns
         ``(values, indices)``."""
-        x = self.env[node.args[0]]
-        whole = node.target.__name__.endswith("default")
-        if whole:
-            x, dim, keep = self._emit(relax.op.reshape(x, [-1])), 0, False
-        else:
-            dim, keep = node_arg(node, 1, "dim", -1), bool(node_arg(node, 2, "keepdim", False))
+        x, dim, keep, whole = self._median_operand(node)
         n = size_of(x, dim)
         order = self._emit(relax.op.argsort(x, axis=dim, dtype="int64"))
         middle = self._emit(relax.op.full_like(relax.op.strided_slice(order, [dim], [0], [1]),
@@ -362,12 +374,7 @@ class ExtraOps(Emitting):
             nan = self._emit(relax.op.astype(relax.op.isnan(x), "int32"))
             has_nan = relax.op.greater(relax.op.max(nan, [dim], keepdims=True), relax.const(0, "int32"))
             index = self._emit(relax.op.where(has_nan, relax.op.argmax(nan, dim, keepdims=True), index))
-        values = relax.op.gather_elements(x, index, axis=dim)
-        if not keep:
-            values, index = relax.op.squeeze(values, [dim]), relax.op.squeeze(index, [dim])
-        if whole:
-            return self._emit(values)
-        return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
+        return self._median_result(x, index, dim, keep, whole)
 
     def _cdist(self, node):
         """``cdist(x1 (.., M, D), x2 (.., N, D), p)``: ``(sum |x1_i - x2_j|^p)^(1/p)``, computed
@@ -415,12 +422,7 @@ class ExtraOps(Emitting):
     def _nanmedian(self, node):
         """The median of the values that are not NaN (NaN where all are): the lower middle of
         the sorted non-NaN values, read from a stable argsort in which NaN sorts as +inf."""
-        x = self.env[node.args[0]]
-        whole = node.target.__name__.endswith("default")
-        if whole:
-            x, dim, keep = self._emit(relax.op.reshape(x, [-1])), 0, False
-        else:
-            dim, keep = node_arg(node, 1, "dim", -1), bool(node_arg(node, 2, "keepdim", False))
+        x, dim, keep, whole = self._median_operand(node)
         nan = relax.op.isnan(x)
         order = self._emit(relax.op.argsort(relax.op.where(nan, relax.const(math.inf, x.ty.dtype), x),
                                             axis=dim, dtype="int64"))
@@ -428,12 +430,7 @@ class ExtraOps(Emitting):
         middle = relax.op.maximum(relax.op.floor_divide(relax.op.subtract(count, relax.const(1, "int64")),
                                                         relax.const(2, "int64")), relax.const(0, "int64"))
         index = self._emit(relax.op.gather_elements(order, middle, axis=dim))
-        values = relax.op.gather_elements(x, index, axis=dim)
-        if not keep:
-            values, index = relax.op.squeeze(values, [dim]), relax.op.squeeze(index, [dim])
-        if whole:
-            return self._emit(values)
-        return self._emit(relax.Tuple([self._emit(values), self._emit(index)]))
+        return self._median_result(x, index, dim, keep, whole)
 
     def _ldexp(self, node):
         """``x * 2**e``, float like PyTorch (an integer ``x`` gives float32)."""
