@@ -109,6 +109,37 @@ def test_fused_chain_does_not_copy_expressions_per_read():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
+def _newton_chain(k: int):
+    """k Newton steps for the cube root of 2, ``y - (y^3 - 2) / (3 y^2)``: each reads the last four times."""
+    x = relax.Var("x", relax.TensorType([7, 13], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for _ in range(k):
+                cube = relax.op.multiply(relax.op.multiply(y, y), y)
+                slope = relax.op.multiply(relax.const(3.0, "float32"), relax.op.multiply(y, y))
+                y = bb.emit(relax.op.subtract(y, relax.op.divide(relax.op.subtract(cube, relax.const(2.0, "float32")),
+                                                                 slope)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_cuda_fused_chain_does_not_copy_expressions_per_read():
+    """The same guard on CUDA (``GuardedElementwise`` before dlight's rules, whose Fallback
+    inlines every producer): erfinv's three Newton steps, each reading the last ~50 times, took
+    5 minutes to build. Code generation only (no GPU needed)."""
+    target = ext.target.cuda(arch="sm_90")
+    sizes = []
+    for k in (2, 5):  # linear in k: 4.5x here; inlined whole, the 5-step chain printed 4^3 = 64x more
+        with target:
+            lowered = ext.pipeline(target)(_newton_chain(k))
+        sizes.append(sum(len(f.script()) for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)))
+    assert sizes[1] < 8 * sizes[0], sizes
+    ext.build(_newton_chain(5), target, cache=False, verbose=False)
+
+
 EYE = np.eye(17, dtype="float32")
 
 

@@ -48,7 +48,9 @@ def _as_view(default):
 
 def legalize_passes(passes: list) -> list:
     """``passes`` (a backend's legalization passes) with each ``LegalizeOps`` replaced by one
-    that keeps symbolic view ops as views (see the module doc)."""
+    that keeps symbolic view ops as views (see the module doc), and without a default schedule."""
     custom = {op: _as_view(tvm.ir.Op.get(op).get_attr("FLegalize")) for op in VIEW_OPS}
+    # the stock GPU backends end with dlight's default schedule: ext's FallbackSchedule, which
+    # follows, applies the same rules after its own (tir_schedules/cuda/fallback.py)
     return [relax.transform.LegalizeOps(customize_legalize_map=custom) if p.info.name == "LegalizeOps" else p
-            for p in passes]
+            for p in passes if p.info.name != "ApplyDefaultSchedule"]

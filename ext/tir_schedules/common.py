@@ -1,6 +1,8 @@
 """Schedule helpers shared by every target's schedules."""
 from __future__ import annotations
 
+import re
+
 import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.ir.expr import Expr
@@ -106,6 +108,57 @@ def select_depth(expr) -> int:
     return visit(expr)
 
 
+#: inlining copies a producer's expression into its consumers once per read; when the copies
+#: would print longer than this, the producer stays a block of its own. Chains that read a
+#: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
+#: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar); on
+#: CUDA, erfinv's three Newton steps (each reading the last ~50 times) took 5 minutes in dlight
+MAX_INLINED_CHARS = 6000
+#: a producer read once is inlined while its expression prints shorter than this many times the limit
+SINGLE_READ_FACTOR = 4
+
+
+def _store_depth(block) -> int:
+    body = block.body
+    return select_depth(body.value) if isinstance(body, tirx.BufferStore) else 0
+
+
+def _nests_too_deep(sch: s_tir.Schedule, block_rv) -> bool:
+    """Would inlining ``block_rv`` nest more than ``MAX_SELECT_DEPTH`` selects in a consumer?"""
+    own = _store_depth(sch.get(block_rv))
+    return own > 0 and any(own + _store_depth(sch.get(c)) > MAX_SELECT_DEPTH for c in sch.get_consumers(block_rv))
+
+
+def _reads(stmt, buffer_name: str) -> int:
+    return len(re.findall(rf"(?<![\w.]){re.escape(buffer_name)}\[", str(stmt)))
+
+
+def copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
+    """Would inlining ``block_rv`` copy its expression past ``MAX_INLINED_CHARS``? Read once,
+    the expression is not copied but its indices are: each reshape inlined into the next puts
+    the consumer's index into a ``//`` and a ``%`` of the producer's, doubling it (reshapes with
+    element-wise ops between them, which one kernel fuses: 20 of them took 23 s to build), so a
+    producer already ``SINGLE_READ_FACTOR`` times the limit stays a block of its own too."""
+    block = sch.get(block_rv)
+    name = block.writes[0].source.name
+    copies = sum(_reads(sch.get(c).body, name) for c in sch.get_consumers(block_rv))
+    size = len(str(block.body))
+    return size * copies > MAX_INLINED_CHARS * (1 if copies > 1 else SINGLE_READ_FACTOR)
+
+
+def inline_injective_guarded(sch: s_tir.Schedule) -> None:
+    """Inline every injective producer block of ``sch`` into its consumers, except where the
+    copies would grow past ``MAX_INLINED_CHARS`` or nest more than ``MAX_SELECT_DEPTH`` selects:
+    those stay blocks of their own (one more pass over memory, a quick build)."""
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+    infos = normalize_prim_func(sch) or []
+    for info in infos[:-1]:  # the last block writes the output
+        if info.is_injective() and not copies_big_expression(sch, info.block_rv) \
+                and not _nests_too_deep(sch, info.block_rv):
+            try_step(sch.compute_inline, info.block_rv)
+
+
 # -- GPU helpers (shared by every family's cuda/ schedules) ------------------------------------
 
 WARP_SIZE = 32
@@ -176,7 +229,7 @@ def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:
     bound to ``threadIdx.x``, which TVM lowers to a warp-shuffle tree (plus a shared-memory
     stage across warps when ``threads > 32``). Row statistics live in shared memory.
     """
-    blocks = _all_blocks(sch)
+    blocks = all_blocks(sch)
     out = blocks[-1]
     for b in blocks[:-1]:
         if not _is_reduction(sch, b):
@@ -190,7 +243,7 @@ def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:
     _, tx = sch.split(rest, [None, threads])
     sch.bind(row, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
-    for b in reversed([b for b in _all_blocks(sch)[:-1] if _is_reduction(sch, b)]):
+    for b in reversed([b for b in all_blocks(sch)[:-1] if _is_reduction(sch, b)]):
         sch.compute_at(b, row, preserve_unit_loops=True)
         sch.set_scope(b, 0, "shared")
         red = sch.get_loops(b)[-1]
@@ -198,7 +251,7 @@ def schedule_rows_gpu(sch: s_tir.Schedule, threads: int) -> None:
         sch.bind(rtx, "threadIdx.x")
 
 
-def _all_blocks(sch: s_tir.Schedule) -> list:
+def all_blocks(sch: s_tir.Schedule) -> list:
     return list(sch.get_child_blocks(sch.get_sblock("root")))
 
 

@@ -19,13 +19,11 @@ the input, only sometimes not faster.
 """
 from __future__ import annotations
 
-import re
-
 import tvm
 from tvm import s_tir
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
-from ..common import MAX_SELECT_DEPTH, select_depth
+from ..common import inline_injective_guarded
 from ..common import try_step as _try
 from ..common import unscheduled
 
@@ -36,50 +34,6 @@ MIN_PARALLEL_WORK = 16384
 #: a ragged innermost axis gets a vector tail loop when the loops outside it hold this many rows
 #: (they alone are then parallel); fewer rows keep the predicated tail in the parallel loop
 RAGGED_MIN_ROWS = 64
-
-#: inlining copies a producer's expression into its consumers once per read; when the copies
-#: would print longer than this, the producer stays a block of its own. Chains that read a
-#: value twice (gelu_new: tanh(y) and tanh(y)**3) otherwise double per level, and LLVM took
-#: 15 s on three levels of vectorized tanh and minutes on four (stock: 0.3 s, scalar)
-MAX_INLINED_CHARS = 6000
-#: a producer read once is inlined while its expression prints shorter than this many times the limit
-SINGLE_READ_FACTOR = 4
-
-def _store_depth(block) -> int:
-    body = block.body
-    return select_depth(body.value) if isinstance(body, tvm.tirx.BufferStore) else 0
-
-
-def _nests_too_deep(sch: s_tir.Schedule, block_rv) -> bool:
-    """Would inlining ``block_rv`` nest more than ``MAX_SELECT_DEPTH`` selects in a consumer?"""
-    own = _store_depth(sch.get(block_rv))
-    return own > 0 and any(own + _store_depth(sch.get(c)) > MAX_SELECT_DEPTH for c in sch.get_consumers(block_rv))
-
-
-def _reads(stmt, buffer_name: str) -> int:
-    return len(re.findall(rf"(?<![\w.]){re.escape(buffer_name)}\[", str(stmt)))
-
-
-def _copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
-    """Would inlining ``block_rv`` copy its expression past ``MAX_INLINED_CHARS``? Read once,
-    the expression is not copied but its indices are: each reshape inlined into the next puts
-    the consumer's index into a ``//`` and a ``%`` of the producer's, doubling it (reshapes with
-    element-wise ops between them, which one kernel fuses: 20 of them took 23 s to build), so a
-    producer already ``SINGLE_READ_FACTOR`` times the limit stays a block of its own too."""
-    block = sch.get(block_rv)
-    name = block.writes[0].source.name
-    copies = sum(_reads(sch.get(c).body, name) for c in sch.get_consumers(block_rv))
-    size = len(str(block.body))
-    return size * copies > MAX_INLINED_CHARS * (1 if copies > 1 else SINGLE_READ_FACTOR)
-
-
-def _inline_injective(sch: s_tir.Schedule) -> None:
-    infos = normalize_prim_func(sch) or []
-    for info in infos[:-1]:  # the last block writes the output
-        if info.is_injective() and not _copies_big_expression(sch, info.block_rv) \
-                and not _nests_too_deep(sch, info.block_rv):
-            _try(sch.compute_inline, info.block_rv)
-
 
 def _spatial(sch, loops, doms, lanes) -> None:
     work = 1
@@ -127,7 +81,7 @@ def schedule(func, lanes: int):
     """The fallback-scheduled ``func`` (or ``func`` unchanged if it cannot be analysed)."""
     try:
         sch = s_tir.Schedule(func)
-        _inline_injective(sch)
+        inline_injective_guarded(sch)
         infos = normalize_prim_func(sch)
         if infos is None:
             return func
