@@ -9,7 +9,7 @@ from tvm.script import ir as I, relax as R
 
 import ext
 from ext.testing import assert_close, run_relax
-from ext.tir_schedules.common import MAX_SELECT_DEPTH, select_depth
+from ext.tir_schedules.common import MAX_EXPANDED_NODES, MAX_SELECT_DEPTH, expanded_size, select_depth
 from ext.tir_schedules.cpu import fallback
 
 
@@ -138,6 +138,36 @@ def test_cuda_fused_chain_does_not_copy_expressions_per_read():
         sizes.append(sum(len(f.script()) for _, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)))
     assert sizes[1] < 8 * sizes[0], sizes
     ext.build(_newton_chain(5), target, cache=False, verbose=False)
+
+
+def test_nested_sigmoids_stay_below_the_expanded_size(cpu_target):
+    """Eight nested sigmoids (ext's let-bound exp): LLVM codegen's simplifier expands every let,
+    and the fused kernel took 14 s to build (three: 7 s); producers that would pass
+    ``MAX_EXPANDED_NODES`` once inlined stay blocks of their own."""
+    x = relax.Var("x", relax.TensorType([7, 13], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = x
+            for _ in range(8):
+                y = bb.emit(relax.op.sigmoid(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    with cpu_target:
+        lowered = ext.pipeline(cpu_target)(mod)
+    for _, f in lowered.functions_items():
+        if isinstance(f, tvm.tirx.PrimFunc):
+            sch = s_tir.Schedule(f)
+            for block in sch.get_child_blocks(sch.get_sblock("root")):
+                assert expanded_size(sch.get(block))[0] < MAX_EXPANDED_NODES
+    ex = ext.build(mod, cpu_target, cache=False, verbose=False)
+    xv = np.random.default_rng(0).standard_normal((7, 13)).astype("float32") * 4
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
+    ref = xv.astype("float64")
+    for _ in range(8):
+        ref = 1 / (1 + np.exp(-ref))
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
 
 
 EYE = np.eye(17, dtype="float32")

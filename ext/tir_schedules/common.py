@@ -146,16 +146,78 @@ def copies_big_expression(sch: s_tir.Schedule, block_rv) -> bool:
     return size * copies > MAX_INLINED_CHARS * (1 if copies > 1 else SINGLE_READ_FACTOR)
 
 
+#: LLVM codegen binds each let to its value in its simplifier, which reads every use of the
+#: variable as the value: a kernel costs as if its lets were expanded. A producer stays a block
+#: of its own where its consumer, with it inlined and every let expanded, would pass this many
+#: nodes: two nested sigmoids expand to 6e6 nodes (0.4 s to build), three to 4e9 (7 s; eight:
+#: 14 s), each sigmoid 9e3 nodes printed in 1.7 KB
+MAX_EXPANDED_NODES = 50_000_000
+
+
+def _loaded_buffer(e):
+    """The name of the buffer a load reads (TVM 0.27's loads name it ``source``), else None."""
+    if not hasattr(e, "indices"):
+        return None
+    src = getattr(e, "source", None)
+    src = getattr(e, "buffer", None) if src is None else src
+    name = getattr(src, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def expanded_size(node, buffer_name: str | None = None) -> tuple[int, int]:
+    """``(nodes, reads)`` of an expression or store ``node`` with every let expanded: how many
+    nodes, and how many loads of ``buffer_name``, a simplifier that substitutes let variables
+    by their values meets (counted over the DAG, without building it)."""
+    memo: dict[int, tuple[int, int]] = {}
+    bound: dict[int, tuple[int, int]] = {}
+
+    def visit(e) -> tuple[int, int]:
+        key = e.__chandle__()
+        if key in memo:
+            return memo[key]
+        if isinstance(e, tirx.Var):
+            return bound.get(key, (1, 0))
+        if isinstance(e, tirx.Let):
+            bound[e.var.__chandle__()] = visit(e.value)
+            memo[key] = visit(e.body)
+            return memo[key]
+        size, reads = 1, int(buffer_name is not None and _loaded_buffer(e) == buffer_name)
+        for name in _CHILDREN:
+            child = getattr(e, name, None)
+            children = [child] if isinstance(child, Expr) else (
+                [c for c in child if isinstance(c, Expr)] if isinstance(child, (list, tvm_ffi.Array)) else [])
+            for c in children:
+                s, r = visit(c)
+                size, reads = size + s, reads + r
+        memo[key] = (size, reads)
+        return memo[key]
+
+    return visit(node)
+
+
+def _expands_too_far(sch: s_tir.Schedule, block_rv) -> bool:
+    """Would inlining ``block_rv`` make a consumer pass ``MAX_EXPANDED_NODES`` with its lets
+    expanded?"""
+    block = sch.get(block_rv)
+    own, _ = expanded_size(block.body)
+    name = block.writes[0].source.name
+    for c in sch.get_consumers(block_rv):
+        size, reads = expanded_size(sch.get(c).body, name)
+        if size + reads * own > MAX_EXPANDED_NODES:
+            return True
+    return False
+
+
 def inline_injective_guarded(sch: s_tir.Schedule) -> None:
     """Inline every injective producer block of ``sch`` into its consumers, except where the
-    copies would grow past ``MAX_INLINED_CHARS`` or nest more than ``MAX_SELECT_DEPTH`` selects:
-    those stay blocks of their own (one more pass over memory, a quick build)."""
+    copies would grow past ``MAX_INLINED_CHARS``, nest more than ``MAX_SELECT_DEPTH`` selects or
+    expand past ``MAX_EXPANDED_NODES``: those stay blocks of their own (one more pass over memory, a quick build)."""
     from tvm.s_tir.dlight.analysis import normalize_prim_func
 
     infos = normalize_prim_func(sch) or []
     for info in infos[:-1]:  # the last block writes the output
         if info.is_injective() and not copies_big_expression(sch, info.block_rv) \
-                and not _nests_too_deep(sch, info.block_rv):
+                and not _nests_too_deep(sch, info.block_rv) and not _expands_too_far(sch, info.block_rv):
             try_step(sch.compute_inline, info.block_rv)
 
 
