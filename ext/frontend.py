@@ -109,13 +109,15 @@ def _refuse_side_effects(ep) -> None:
     """Ops with side effects (``torch.linalg.inv``'s and ``solve``'s error checks,
     ``aten._linalg_check_errors``) reach the program as ``with_effects`` calls threaded by
     tokens, which TVM's importer stops at with "Unsupported input kind: InputKind.TOKEN":
-    refused by name, with the ops the program runs beside them."""
-    effects = sorted({str(n.args[1]) for n in ep.graph.nodes
-                      if n.op == "call_function" and "with_effects" in str(n.target)})
+    refused by name, with the ops beside them the importer has no translation for."""
+    calls = [n for n in ep.graph.nodes if n.op == "call_function"]
+    effects = sorted({str(n.args[1]) for n in calls if "with_effects" in str(n.target)})
     if effects:
-        beside = sorted({str(n.target).replace("aten.", "") for n in ep.graph.nodes if n.op == "call_function"
-                         and "linalg" in str(n.target)})
-        raise UnsupportedOperatorError("PyTorch", [f"{e} (an op with side effects)" for e in effects] + beside)
+        table = Importer(ep).create_convert_map()
+        missing = sorted({n.target.__name__ for n in calls if "with_effects" not in str(n.target)
+                          and getattr(n.target, "__module__", None) != "_operator"
+                          and n.target.__name__ not in table})
+        raise UnsupportedOperatorError("PyTorch", [f"{e} (an op with side effects)" for e in effects] + missing)
 
 
 def _is_half(x) -> bool:

@@ -45,6 +45,7 @@ from .torch_fft import ComplexFFT
 from .torch_layout_ops import LayoutOps
 from .torch_ops import ExtraOps
 from .torch_special import SpecialOps
+from .torch_stats import StatsOps
 from .torch_resize import ExactResize
 
 
@@ -96,7 +97,7 @@ def operand_dtype_results():
             setattr(module, name, op)
 
 
-class Importer(ComplexFFT, ExtraOps, SpecialOps, LayoutOps, ExactResize, ExportedProgramImporter):
+class Importer(ComplexFFT, ExtraOps, StatsOps, SpecialOps, LayoutOps, ExactResize, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):
@@ -112,6 +113,7 @@ class Importer(ComplexFFT, ExtraOps, SpecialOps, LayoutOps, ExactResize, Exporte
         table = super().create_convert_map()
         table.update(self.fft_converters())  # FNet: see torch_fft
         table.update(self.extra_converters())  # amax, var_mean, median...: see torch_ops
+        table.update(self.stats_converters())  # median, searchsorted, cdist...: see torch_stats
         table.update(self.special_converters())  # lgamma, digamma, erfinv, i0...: see torch_special
         table.update(self.layout_converters())  # scatter_add, unfold, _trilinear: see torch_layout_ops
         for name, fn in (("sym_min", tvm.tirx.min), ("sym_max", tvm.tirx.max)):  # size arithmetic

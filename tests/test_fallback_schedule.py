@@ -74,19 +74,29 @@ def test_model_without_candidates_matches_stock(cpu_target, shape):
     assert_close(got, ref, rtol=1e-5, atol=1e-6)
 
 
-def _tanh_chain(k: int):
+def _chain(step, k: int):
+    """``main(x)`` on a (7, 13) float32 ``x``: ``y = step(bb, y)`` k times from ``y = x``."""
     x = relax.Var("x", relax.TensorType([7, 13], "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
             y = x
-            for _ in range(k):  # gelu_new's inner shape: tanh, then y + c * y**3
-                y = bb.emit(relax.op.tanh(y))
-                y = bb.emit(relax.op.add(y, relax.op.multiply(relax.const(0.044715, "float32"),
-                                                              relax.op.power(y, relax.const(3.0, "float32")))))
+            for _ in range(k):
+                y = step(bb, y)
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
+
+
+def _tanh_step(bb, y):
+    """gelu_new's inner shape: tanh, then y + c * y**3."""
+    y = bb.emit(relax.op.tanh(y))
+    return bb.emit(relax.op.add(y, relax.op.multiply(relax.const(0.044715, "float32"),
+                                                     relax.op.power(y, relax.const(3.0, "float32")))))
+
+
+def _tanh_chain(k: int):
+    return _chain(_tanh_step, k)
 
 
 def test_fused_chain_does_not_copy_expressions_per_read():
@@ -109,21 +119,15 @@ def test_fused_chain_does_not_copy_expressions_per_read():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
+def _newton_step(bb, y):
+    """A Newton step for the cube root of 2, ``y - (y^3 - 2) / (3 y^2)``: it reads ``y`` four times."""
+    cube = relax.op.multiply(relax.op.multiply(y, y), y)
+    slope = relax.op.multiply(relax.const(3.0, "float32"), relax.op.multiply(y, y))
+    return bb.emit(relax.op.subtract(y, relax.op.divide(relax.op.subtract(cube, relax.const(2.0, "float32")), slope)))
+
+
 def _newton_chain(k: int):
-    """k Newton steps for the cube root of 2, ``y - (y^3 - 2) / (3 y^2)``: each reads the last four times."""
-    x = relax.Var("x", relax.TensorType([7, 13], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = x
-            for _ in range(k):
-                cube = relax.op.multiply(relax.op.multiply(y, y), y)
-                slope = relax.op.multiply(relax.const(3.0, "float32"), relax.op.multiply(y, y))
-                y = bb.emit(relax.op.subtract(y, relax.op.divide(relax.op.subtract(cube, relax.const(2.0, "float32")),
-                                                                 slope)))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get()
+    return _chain(_newton_step, k)
 
 
 def test_cuda_fused_chain_does_not_copy_expressions_per_read():
@@ -144,16 +148,7 @@ def test_nested_sigmoids_stay_below_the_expanded_size(cpu_target):
     """Eight nested sigmoids (ext's let-bound exp): LLVM codegen's simplifier expands every let,
     and the fused kernel took 14 s to build (three: 7 s); producers that would pass
     ``MAX_EXPANDED_NODES`` once inlined stay blocks of their own."""
-    x = relax.Var("x", relax.TensorType([7, 13], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = x
-            for _ in range(8):
-                y = bb.emit(relax.op.sigmoid(y))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    mod = bb.get()
+    mod = _chain(lambda bb, y: bb.emit(relax.op.sigmoid(y)), 8)
     with cpu_target:
         lowered = ext.pipeline(cpu_target)(mod)
     for _, f in lowered.functions_items():

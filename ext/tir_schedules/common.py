@@ -6,6 +6,7 @@ import re
 import tvm_ffi
 from tvm import s_tir, te, tirx
 from tvm.ir.expr import Expr
+from tvm.s_tir.dlight.analysis import normalize_prim_func
 
 
 def create_schedule(tensors: list[te.Tensor]) -> s_tir.Schedule:
@@ -81,6 +82,18 @@ MAX_SELECT_DEPTH = 6
 _CHILDREN = ("a", "b", "value", "condition", "true_value", "false_value", "body", "args", "indices", "base", "stride")
 
 
+def _expr_children(e) -> list:
+    """The sub-expressions of a TIR node (``_CHILDREN``, lists flattened)."""
+    out = []
+    for name in _CHILDREN:
+        child = getattr(e, name, None)
+        if isinstance(child, Expr):
+            out.append(child)
+        elif isinstance(child, (list, tvm_ffi.Array)):
+            out.extend(c for c in child if isinstance(c, Expr))
+    return out
+
+
 def select_depth(expr) -> int:
     """The most selects nested along one path of ``expr``, a let's variable counting as the
     selects of its value (as TVM's simplifier sees it once the let is bound)."""
@@ -95,13 +108,7 @@ def select_depth(expr) -> int:
             return bound.get(key, 0)
         if isinstance(e, tirx.Let):
             bound[e.var.__chandle__()] = visit(e.value)
-        depth = 0
-        for name in _CHILDREN:
-            child = getattr(e, name, None)
-            if isinstance(child, Expr):
-                depth = max(depth, visit(child))
-            elif isinstance(child, (list, tvm_ffi.Array)):
-                depth = max([depth] + [visit(c) for c in child if isinstance(c, Expr)])
+        depth = max([visit(c) for c in _expr_children(e)], default=0)
         memo[key] = depth + isinstance(e, tirx.Select)
         return memo[key]
 
@@ -182,13 +189,9 @@ def expanded_size(node, buffer_name: str | None = None) -> tuple[int, int]:
             memo[key] = visit(e.body)
             return memo[key]
         size, reads = 1, int(buffer_name is not None and _loaded_buffer(e) == buffer_name)
-        for name in _CHILDREN:
-            child = getattr(e, name, None)
-            children = [child] if isinstance(child, Expr) else (
-                [c for c in child if isinstance(c, Expr)] if isinstance(child, (list, tvm_ffi.Array)) else [])
-            for c in children:
-                s, r = visit(c)
-                size, reads = size + s, reads + r
+        for c in _expr_children(e):
+            s, r = visit(c)
+            size, reads = size + s, reads + r
         memo[key] = (size, reads)
         return memo[key]
 
@@ -211,9 +214,8 @@ def _expands_too_far(sch: s_tir.Schedule, block_rv) -> bool:
 def inline_injective_guarded(sch: s_tir.Schedule) -> None:
     """Inline every injective producer block of ``sch`` into its consumers, except where the
     copies would grow past ``MAX_INLINED_CHARS``, nest more than ``MAX_SELECT_DEPTH`` selects or
-    expand past ``MAX_EXPANDED_NODES``: those stay blocks of their own (one more pass over memory, a quick build)."""
-    from tvm.s_tir.dlight.analysis import normalize_prim_func
-
+    expand past ``MAX_EXPANDED_NODES``: those stay blocks of their own (one more pass over
+    memory, a quick build)."""
     infos = normalize_prim_func(sch) or []
     for info in infos[:-1]:  # the last block writes the output
         if info.is_injective() and not copies_big_expression(sch, info.block_rv) \
