@@ -37,7 +37,12 @@ class UnsupportedOperatorError(ValueError):
         super().__init__(f"{frontend} import: unsupported operator(s): {', '.join(self.operators)}")
 
 
-def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_params_as_input: bool = False):
+class MutationError(ValueError):
+    """The model writes to an input or a buffer in place (``from_torch(refuse_mutations=True)``)."""
+
+
+def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_params_as_input: bool = False,
+               refuse_mutations: bool = False):
     """Import a PyTorch ``nn.Module`` (put it in eval mode first) through ``torch.export``.
 
     Parameters
@@ -50,6 +55,9 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         ``num_input``) instead of constants: every ``nn.Parameter`` and every persistent
         floating-point buffer (batch-norm running statistics): what a checkpoint's
         ``state_dict`` holds, so a new checkpoint replaces all of them.
+    refuse_mutations : raise ``MutationError`` when the forward writes to an input or a buffer
+        in place. By default such writes are left out: ``main`` computes the outputs (those read
+        after a write see it) but updates nothing in place.
 
     Returns
     -------
@@ -71,12 +79,13 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         # the float16 bias cannot be added), Llama's float16 queries as float32 (a pass that
         # rebuilds the function then fails on its multiply with the float16 rotary table):
         # import the float32 copy and cast at the function's boundary
-        return _computed_in_float32(module, example_inputs, half, dynamic_shapes, keep_params_as_input)
-    mod, weights = _import(module, example_inputs, dynamic_shapes, keep_params_as_input)
+        return _computed_in_float32(module, example_inputs, half, dynamic_shapes, keep_params_as_input,
+                                    refuse_mutations)
+    mod, weights = _import(module, example_inputs, dynamic_shapes, keep_params_as_input, refuse_mutations)
     return (mod, [torch_to_numpy(w) for _, w in weights]) if keep_params_as_input else mod
 
 
-def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input: bool):
+def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input: bool, refuse_mutations: bool = False):
     """``(mod, weights)``: the module through ``torch.export`` and TVM's importer, and with
     ``keep_params_as_input`` the weight tensors in the order ``main`` takes them (keyed by
     their names in the state dict: ``[(name, tensor)]``)."""
@@ -90,6 +99,8 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
     as_pytorch_computes(ep)
     complex_constants_as_real(ep)
     _refuse_side_effects(ep)
+    if refuse_mutations:
+        _refuse_mutations(ep)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
     except AssertionError as err:
@@ -118,6 +129,17 @@ def _refuse_side_effects(ep) -> None:
                           and getattr(n.target, "__module__", None) != "_operator"
                           and n.target.__name__ not in table})
         raise UnsupportedOperatorError("PyTorch", [f"{e} (an op with side effects)" for e in effects] + missing)
+
+
+def _refuse_mutations(ep) -> None:
+    """Raise ``MutationError`` naming what the program writes in place (functionalized by the
+    export into extra outputs, which TVM's importer drops)."""
+    kinds = ("BUFFER_MUTATION", "USER_INPUT_MUTATION")
+    written = [f"{spec.target} ({spec.kind.name.lower().replace('_', ' ')})"
+               for spec in ep.graph_signature.output_specs if spec.kind.name in kinds]
+    if written:
+        raise MutationError(f"the forward writes in place to {', '.join(written)}; ext's function would "
+                            "compute its outputs without updating them")
 
 
 def _is_half(x) -> bool:
@@ -157,7 +179,8 @@ def _half_dtype(module, example_inputs) -> str | None:
     return _dtype_name(half[0]) if half else None
 
 
-def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes, keep_params_as_input: bool):
+def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes, keep_params_as_input: bool,
+                         refuse_mutations: bool = False):
     """The half-precision ``module`` imported as its float32 copy, wrapped so ``main`` takes and
     returns half tensors where the original does (float32 math: more accurate, and on a CPU
     without half arithmetic what the kernels would do anyway; an output the original returns
@@ -167,7 +190,8 @@ def _computed_in_float32(module, example_inputs, half: str, dynamic_shapes, keep
 
     widened = [x.float() if _is_half(x) else x for x in _values(example_inputs)]
     wide_inputs = dict(zip(example_inputs, widened)) if isinstance(example_inputs, dict) else tuple(widened)
-    mod, wide_weights = _import(copy.deepcopy(module).float(), wide_inputs, dynamic_shapes, keep_params_as_input)
+    mod, wide_weights = _import(copy.deepcopy(module).float(), wide_inputs, dynamic_shapes, keep_params_as_input,
+                                refuse_mutations)
     state = module.state_dict()
     weights = [state.get(name, w) for name, w in wide_weights]  # the checkpoint's own dtypes
     inner = mod["main"]

@@ -78,7 +78,7 @@ def _scaled(w: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
 def _channel_axis(call) -> int | None:
     """The anchor output's channel axis (non-negative), or None for a layout without one."""
     if op_name(call) == "relax.matmul":
-        return len(call.ty.shape) - 1
+        return call.ty.ndim - 1 if call.ty.ndim > 0 else None  # ndim -1: not known
     axis = conv_channel_axis(call)
     return axis if axis >= 0 else None
 
