@@ -4,8 +4,8 @@ Each was an ``UnsupportedOperatorError`` for a plain PyTorch program: ``x.amax(d
 ``amin`` (max-abs scaling, some norms), ``torch.var_mean``, ``x.prod(dim)``, ``torch.fmax`` /
 ``fmin`` (the NaN-ignoring max), ``torch.hypot``, ``F.rrelu`` in eval mode, ``>>`` / ``<<`` on
 integers, ``torch.logcumsumexp``, ``erfc``, ``exp2``, ``signbit``, ``copysign``,
-``cummax``/``cummin``, ``ldexp``; and ops it translated unlike PyTorch: ``elu``'s scale, an
-integer ``clamp`` with one bound (order statistics and distances: ``torch_stats``; indexing and
+``cummax``/``cummin``, ``ldexp``, ``torch.all``; and ops it translated unlike PyTorch: ``elu``'s scale, an
+integer ``clamp`` with one bound, ``torch.any`` of numbers (order statistics and distances: ``torch_stats``; indexing and
 layout ops: ``torch_layout_ops``; special functions: ``torch_special``). ``ExtraOps.extra_converters()`` maps their
 ATen names to the translations below; the importer adds them to its table.
 """
@@ -74,6 +74,8 @@ class ExtraOps(Emitting):
             "bitwise_right_shift.Tensor_Scalar": lambda node: self._shift(node, relax.op.right_shift),
             "bitwise_left_shift.Tensor_Scalar": lambda node: self._shift(node, relax.op.left_shift),
             "logcumsumexp.default": self._logcumsumexp,
+            **{f"{name}.{form}": (lambda node, fn=fn: self._truth(node, fn))
+               for name, fn in (("any", relax.op.max), ("all", relax.op.min)) for form in ("default", "dim", "dims")},
             "cummax.default": lambda node: self._cumulative_extreme(node, larger=True),
             "cummin.default": lambda node: self._cumulative_extreme(node, larger=False),
             "elu.default": self._elu,
@@ -131,6 +133,17 @@ class ExtraOps(Emitting):
     def _reduce(self, node, fn):
         x = self.env[node.args[0]]
         return self._emit(fn(x, _dims(node_arg(node, 1, "dim")), bool(node_arg(node, 2, "keepdim", False))))
+
+    def _truth(self, node, fn):
+        """``torch.any`` / ``torch.all`` (``fn``: max / min) of ``x != 0`` as int8, then bool: the
+        stock ``any`` took the max of the values themselves (a float result, False for
+        ``[-1, -2]``) and had no ``all``. NaN counts as true, as in PyTorch."""
+        x = self.env[node.args[0]]
+        if str(x.ty.dtype) != "bool":
+            x = relax.op.not_equal(x, relax.const(0, x.ty.dtype))
+        flags = relax.op.astype(x, "int8")
+        picked = fn(flags, _dims(node_arg(node, 1, "dim")), bool(node_arg(node, 2, "keepdim", False)))
+        return self._emit(relax.op.astype(picked, "bool"))
 
     def _var_mean(self, node):
         """``(var, mean)`` with ``correction`` (default 1, Bessel) over ``dim``."""

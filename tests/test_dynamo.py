@@ -192,3 +192,21 @@ def test_outputs_carry_no_gradient_and_say_so():
         warnings.simplefilter("error", ext.dynamo.ExtCompileWarning)
         with torch.inference_mode():
             torch.compile(model, backend=strict_backend())(torch.randn(3, 4))
+
+
+def test_a_model_torch_export_refuses_compiles_in_pieces():
+    """Longformer: ``torch.export`` stops at a data-dependent guard; under dynamo the branch on
+    ``is_index_global_attn.any().item()`` breaks the graph, and both sides build (its sliding
+    windows are ``as_strided`` views of a transposed tensor, its mask a ``full_like(-inf)``)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LongformerConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                        intermediate_size=64, attention_window=[8], vocab_size=100,
+                                        max_position_embeddings=80)
+    model = transformers.LongformerModel(cfg).eval()
+    ids = torch.randint(0, 100, (1, 24))
+    be = strict_backend()
+    with torch.no_grad():
+        got = torch.compile(model, backend=be)(ids).last_hidden_state
+        assert_close(got.numpy(), model(ids).last_hidden_state.numpy(), rtol=1e-5, atol=1e-5)
+    assert len(be.graphs) >= 2 and all(g.builds == 1 for g in be.graphs)

@@ -88,6 +88,21 @@ CASES = {
                              [(5, 7)]),
     "masked_put": (lambda x: _put(x, (x > 0.5,), 0.0) + _put(x, (x[:, 0] > 0,), -1.0) + _put(x, (slice(None), x[0] < 0), 3.0),
                    [(4, 6)]),
+    # any/all of numbers (the stock any took the max of the values: a float, False for [-1, -2]),
+    # of bools, over dims; NaN counts as true
+    "any_all": (lambda x: torch.cat([torch.any(x - 5, 1), torch.all(x.masked_fill(x > 1, 0), 1),
+                                     torch.any(x > 1, 1), torch.all(x > -1, 1), torch.any(x * 0, 1),
+                                     torch.all(x.masked_fill(x > 0, float("nan")), 1),
+                                     torch.any((x * 0).long(), 1), torch.all(x).expand(1)]).float(), [(5, 7)]),
+    # overlapping windows (Longformer's chunks) of a permuted view, an offset, a 0-stride axis
+    "as_strided": (lambda x: torch.cat([
+        x.transpose(1, 2).as_strided((4, 7, 8, 3), (3, 48, 6, 1)).flatten(),
+        x.reshape(-1).as_strided((5, 4), (7, 2), 11).flatten(),
+        x.as_strided((3, 2, 5), (0, 9, 1)).flatten()]), [(4, 16, 6)]),
+    # infinite and NaN fills: the stock legalization crashed (a PrimType where topi wants a name)
+    "full_nonfinite": (lambda x: torch.cat([torch.maximum(x, torch.full_like(x, float("-inf"))),
+                                            torch.full((3, 2), float("nan")), torch.full_like(x, float("inf"))[:, :1],
+                                            torch.full_like(x[:, :2], float("-inf"))], 1), [(3, 5)]),
     # transposed 3-D convolutions (3-D U-Nets): the stock translation took 1-D and 2-D only
     "conv_transpose3d": (lambda x: F.conv_transpose3d(x, W3[0], torch.arange(3.0), stride=2, padding=1, output_padding=1),
                          [(1, 2, 3, 5, 4)]),
@@ -248,3 +263,12 @@ def test_log_of_sigmoid_does_not_underflow(cpu_target):
     np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
     fine = np.isfinite(want)
     assert_close(got[fine], want[fine], rtol=1e-6, atol=1e-7, what="log(sigmoid(x))")
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: x.as_strided((3, 3), (4, 1), 5), "reads element 15 of an input of 12"),  # past the input
+    (lambda x: x[:, ::2].as_strided((2, 2), (1, 1)), "not one dense storage"),  # a view with holes
+])
+def test_as_strided_beyond_what_the_program_holds_is_refused(fn, match):
+    with pytest.raises(NotImplementedError, match=match):
+        from_torch(Call(fn).eval(), (torch.randn(3, 4),))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from .legalize_fixes import custom_legalizations
+
 #: ops that only reinterpret a contiguous tensor's shape
 VIEW_OPS = ("relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten")
 
@@ -48,8 +50,10 @@ def _as_view(default):
 
 def legalize_passes(passes: list) -> list:
     """``passes`` (a backend's legalization passes) with each ``LegalizeOps`` replaced by one
-    that keeps symbolic view ops as views (see the module doc), and without a default schedule."""
+    that keeps symbolic view ops as views (see the module doc) and legalizes what the stock
+    legalization crashes on (``legalize_fixes``), without a default schedule."""
     custom = {op: _as_view(tvm.ir.Op.get(op).get_attr("FLegalize")) for op in VIEW_OPS}
+    custom.update(custom_legalizations())  # stock crashes (legalize_fixes)
     # the stock GPU backends end with dlight's default schedule: ext's FallbackSchedule, which
     # follows, applies the same rules after its own (tir_schedules/cuda/fallback.py)
     return [relax.transform.LegalizeOps(customize_legalize_map=custom) if p.info.name == "LegalizeOps" else p
