@@ -144,7 +144,7 @@ class _Bound(torch.nn.Module):
         return tuple(outs[i] for i in self.tensor_outputs)
 
 
-def _to_tvm(x: torch.Tensor):
+def to_tvm(x: torch.Tensor):
     """A tensor the VM reads in place (DLPack), copied first when not contiguous or 64-byte aligned."""
     x = x.detach()
     if not x.is_contiguous():
@@ -268,7 +268,7 @@ class CompiledGraph:
             warnings.warn("ext: compiled graphs compute without autograd; their outputs carry no gradient "
                           "(run the model under torch.no_grad() or torch.inference_mode())",
                           ExtCompileWarning, stacklevel=2)
-        got = self._model_for(args)(*(_to_tvm(x) for x in inputs))
+        got = self._model_for(args)(*(to_tvm(x) for x in inputs))
         results = [None] * self.n_outputs
         tensors = [got] if isinstance(got, tvm.runtime.Tensor) else list(got)
         for i, t in zip(self.tensor_outputs, tensors):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 
 from tvm import relax
 
@@ -56,8 +57,8 @@ def from_torch(module, example_inputs: tuple, *, dynamic_shapes=None, keep_param
         floating-point buffer (batch-norm running statistics): what a checkpoint's
         ``state_dict`` holds, so a new checkpoint replaces all of them.
     refuse_mutations : raise ``MutationError`` when the forward writes to an input or a buffer
-        in place. By default such writes are left out: ``main`` computes the outputs (those read
-        after a write see it) but updates nothing in place.
+        in place. By default such writes are left out with a warning naming them: ``main``
+        computes the outputs (those read after a write see it) but updates nothing in place.
 
     Returns
     -------
@@ -99,8 +100,7 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
     as_pytorch_computes(ep)
     complex_constants_as_real(ep)
     _refuse_side_effects(ep)
-    if refuse_mutations:
-        _refuse_mutations(ep)
+    _check_mutations(ep, refuse_mutations)
     try:
         mod = Importer(ep).from_exported_program(ep, keep_params_as_input, True, False, None)
     except AssertionError as err:
@@ -131,15 +131,19 @@ def _refuse_side_effects(ep) -> None:
         raise UnsupportedOperatorError("PyTorch", [f"{e} (an op with side effects)" for e in effects] + missing)
 
 
-def _refuse_mutations(ep) -> None:
-    """Raise ``MutationError`` naming what the program writes in place (functionalized by the
-    export into extra outputs, which TVM's importer drops)."""
+def _check_mutations(ep, refuse: bool) -> None:
+    """What the program writes in place (functionalized by the export into extra outputs, which
+    TVM's importer drops): ``MutationError`` naming it when ``refuse``, else a warning."""
     kinds = ("BUFFER_MUTATION", "USER_INPUT_MUTATION")
     written = [f"{spec.target} ({spec.kind.name.lower().replace('_', ' ')})"
                for spec in ep.graph_signature.output_specs if spec.kind.name in kinds]
-    if written:
-        raise MutationError(f"the forward writes in place to {', '.join(written)}; ext's function would "
-                            "compute its outputs without updating them")
+    if not written:
+        return
+    message = (f"the forward writes in place to {', '.join(written)}; ext's function computes its outputs "
+               "without updating them")
+    if refuse:
+        raise MutationError(message)
+    warnings.warn(message, stacklevel=4)
 
 
 def _is_half(x) -> bool:

@@ -210,3 +210,20 @@ def test_a_model_torch_export_refuses_compiles_in_pieces():
         got = torch.compile(model, backend=be)(ids).last_hidden_state
         assert_close(got.numpy(), model(ids).last_hidden_state.numpy(), rtol=1e-5, atol=1e-5)
     assert len(be.graphs) >= 2 and all(g.builds == 1 for g in be.graphs)
+
+
+def test_from_torch_names_the_writes_it_leaves_out():
+    class Counts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(()))
+
+        def forward(self, x):
+            self.seen.add_(1)
+            return x * self.seen
+
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match=r"writes in place to seen \(buffer mutation\)"):
+        ext.frontend.from_torch(Counts(), (x,))
+    with pytest.raises(ext.frontend.MutationError, match="seen"):
+        ext.frontend.from_torch(Counts(), (x,), refuse_mutations=True)
