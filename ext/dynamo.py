@@ -31,6 +31,7 @@ Options (``torch.compile(model, backend="ext", options={...})``, or ``make_backe
 from __future__ import annotations
 
 import dataclasses
+import operator
 import warnings
 
 import torch
@@ -39,8 +40,7 @@ import tvm
 from . import frontend, runner
 from .pipeline import build
 
-#: the options that are not ``ext.build``'s
-OWN_OPTIONS = ("target", "strict")
+_VERSION = operator.attrgetter("_version")
 
 
 class ExtCompileWarning(UserWarning):
@@ -204,8 +204,10 @@ class CompiledGraph:
     # -- building ---------------------------------------------------------------------------------
 
     def _weights_state(self, args) -> tuple:
-        """The weights' storages and version counters: what a build bound."""
-        return tuple((args[p].untyped_storage().data_ptr(), args[p]._version) for p in self.weights)
+        """The weights' data pointers and version counters: what a build bound (65 us for
+        MobileNetV2's 262 tensors; through their storages, 130)."""
+        weights = [args[p] for p in self.weights]
+        return tuple(map(torch.Tensor.data_ptr, weights)), tuple(map(_VERSION, weights))
 
     def _key(self, args) -> tuple:
         """What a build is for: the value arguments, and the input shapes unless symbolic."""
@@ -240,7 +242,7 @@ class CompiledGraph:
         if mod is None:
             mod = frontend.from_torch(bound, examples, refuse_mutations=True)
         self.builds += 1
-        return runner.Model(build(mod, self.target, verbose=False, **self.build_kwargs))
+        return runner.Model(build(mod, self.target, **{"verbose": False, **self.build_kwargs}))
 
     def _build(self, args) -> None:
         """(Re)build for the current weights; on failure run in PyTorch (``strict``: raise)."""
