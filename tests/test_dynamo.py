@@ -162,6 +162,9 @@ def test_unsupported_operator_runs_in_pytorch():
         got = torch.compile(f, backend=be)(x)
     assert_close(got.numpy(), f(x).numpy(), rtol=1e-6, atol=0)
     assert "UnsupportedOperatorError" in be.graphs[0].eager_reason
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="special_zeta"):  # torch.compile's options reach the backend
+        torch.compile(f, backend="ext", options={"strict": True})(x)
 
 
 def test_nan_odd_inputs_and_dtypes():
