@@ -230,3 +230,20 @@ def test_from_torch_names_the_writes_it_leaves_out():
         ext.frontend.from_torch(Counts(), (x,))
     with pytest.raises(ext.frontend.MutationError, match="seen"):
         ext.frontend.from_torch(Counts(), (x,), refuse_mutations=True)
+
+
+def test_generate_with_a_compiled_forward():
+    """transformers' ``generate`` with ``model.forward`` compiled: the prompt, the first step and
+    one symbolic graph for every later cache length, each built once; greedy tokens as eager's."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=200,
+                                                              n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+    ids = torch.randint(1, 200, (1, 5))
+    with torch.no_grad():
+        want = lm.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+        be = strict_backend()
+        lm.forward = torch.compile(lm.forward, backend=be)
+        got = lm.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(got, want)
+    assert [g.builds for g in be.graphs] == [1] * len(be.graphs) and be.graphs[-1].dynamic
