@@ -94,8 +94,14 @@ def _import(module, example_inputs: tuple, dynamic_shapes, keep_params_as_input:
 
     _register_cache_pytrees(module)
     with torch.no_grad(), exportable_experts(module):
-        ep = torch.export.export(module, (), example_inputs, dynamic_shapes=dynamic_shapes) if isinstance(
-            example_inputs, dict) else torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
+        try:
+            ep = torch.export.export(module, (), example_inputs, dynamic_shapes=dynamic_shapes) if isinstance(
+                example_inputs, dict) else torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
+        except Exception as err:
+            if hasattr(err, "add_note"):  # Python 3.11+: the error stays PyTorch's, with a way on
+                err.add_note("ext: torch.export needs the whole forward as one graph; torch.compile(model, "
+                             "backend=\"ext\") compiles the pieces between what it cannot trace (README: torch.compile)")
+            raise
         ep = decompose(ep)  # the importer's own first step, done here to fix what it imports
     as_pytorch_computes(ep)
     complex_constants_as_real(ep)

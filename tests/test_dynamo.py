@@ -247,3 +247,15 @@ def test_generate_with_a_compiled_forward():
         got = lm.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
     assert torch.equal(got, want)
     assert [g.builds for g in be.graphs] == [1] * len(be.graphs) and be.graphs[-1].dynamic
+
+
+def test_an_export_failure_points_to_torch_compile():
+    class Branches(nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum().item() > 0 else x
+
+    with pytest.raises(Exception) as info:
+        ext.frontend.from_torch(Branches(), (torch.randn(3),))
+    assert any('backend="ext"' in note for note in getattr(info.value, "__notes__", []))
+    x = torch.randn(3)
+    assert_close(torch.compile(Branches(), backend=strict_backend())(x).numpy(), Branches()(x).numpy(), rtol=0, atol=0)
