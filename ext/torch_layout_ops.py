@@ -30,6 +30,19 @@ def _window(node) -> tuple:
     return k, _ints(node_arg(node, 2, "stride", None) or k, 2), _ints(node_arg(node, 3, "padding", 0), 2)
 
 
+def _contiguous(size, stride) -> bool:
+    """Whether ``stride`` is the row-major stride of ``size`` (dims of one element aside); False
+    when either holds a run-time value."""
+    running = 1
+    for n, s in reversed(list(zip(size, stride))):
+        if not isinstance(n, int) or not isinstance(s, int):
+            return False
+        if n != 1 and s != running:
+            return False
+        running *= n
+    return True
+
+
 def _reads_indices(node) -> bool:
     """Whether a ``(values, indices)`` node's indices have a reader."""
     return any(getattr(u.target, "__name__", "") == "getitem" and u.args[1] == 1 and u.users for u in node.users)
@@ -308,7 +321,10 @@ class LayoutOps(Emitting):
         dense and non-overlapping from offset 0; anything else is refused by name."""
         x, size, stride = self.env[node.args[0]], node.args[1], node.args[2]
         offset = node_arg(node, 3, "storage_offset", 0) or 0
-        flat = self._emit(relax.op.reshape(self._storage_order(x, node.args[0].meta.get("val")), [-1]))
+        ordered = self._storage_order(x, node.args[0].meta.get("val"))
+        if ordered is x and not offset and _contiguous(size, stride):  # a reshape: a view, no kernel
+            return self._emit(relax.op.reshape(x, list(size)))
+        flat = self._emit(relax.op.reshape(ordered, [-1]))
         numel, dims = flat.ty.shape[0], [offset, *size, *stride]
         if all(isinstance(v, (int, tirx.IntImm)) for v in (numel, *dims)):
             last = int(offset) + sum((int(n) - 1) * int(s) for n, s in zip(size, stride))
