@@ -217,11 +217,11 @@ class CompiledGraph:
         return values, tuple((tuple(args[p].shape), args[p].dtype) for p in self.inputs)
 
     def _model_for(self, args):
-        key = self._key(args)
-        if key not in self.models:
+        model = self.models.get(self._key(args))
+        if model is None:
             model = self._compile(args)
-            self.models[self._key(args)] = model  # the key again: a symbolic export that failed changes it
-        return self.models[self._key(args)]
+            self.models[self._key(args)] = model  # keyed after: a symbolic export that failed changes the key
+        return model
 
     def _compile(self, args):
         values = {p: _value(args[p]) for p in self.value_positions}

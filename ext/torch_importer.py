@@ -46,6 +46,7 @@ from .torch_layout_ops import LayoutOps
 from .torch_ops import ExtraOps
 from .torch_special import SpecialOps
 from .torch_stats import StatsOps
+from .torch_strided import StridedOps
 from .torch_resize import ExactResize
 
 
@@ -97,7 +98,7 @@ def operand_dtype_results():
             setattr(module, name, op)
 
 
-class Importer(ComplexFFT, ExtraOps, StatsOps, SpecialOps, LayoutOps, ExactResize, ExportedProgramImporter):
+class Importer(ComplexFFT, ExtraOps, StatsOps, SpecialOps, LayoutOps, StridedOps, ExactResize, ExportedProgramImporter):
     """The stock importer, with symbolic slices and reshapes translated by their ranges."""
 
     def __init__(self, ep):
