@@ -12,6 +12,6 @@ demo: install
 	$(PY) scripts/demo.py
 
 test: install
-	$(PY) -m pytest -q -x tests   # same command as .ci/run and README
+	$(PY) -m pytest -q -x -n 2 tests   # same command as .ci/run and README
 
 .PHONY: install demo test
