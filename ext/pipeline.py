@@ -2,6 +2,7 @@
 
 Stages (a flat, named sequence)::
 
+    ExpandRunningExtremes  (not CPU) cummax/cummin host scans as data-parallel Relax ops
     FoldBatchNorm      conv2d [+ bias] -> batch_norm folded into the conv's weights and a bias
     Canonicalize       DecomposeOpsForInference, NaN-safe compares/max/min/sorts, bool arithmetic
                        on int8, FoldConstant, CSE, DCE
@@ -54,6 +55,7 @@ from .relax_passes.inplace import UseInplaceCalls
 from .relax_passes.kv_append import FuseCacheAppend
 from .relax_passes.expert_matmul import FuseExpertGather
 from .relax_passes.noalias import MarkNoAlias
+from .relax_passes.running_extremes import ExpandRunningExtremes
 from .relax_passes.symbolic_views import legalize_passes
 from .progress import BuildProgress, stage
 from .strategies.conv2d import lanes
@@ -108,7 +110,8 @@ def pipeline(target=None, tuning_log=None, *, report: SelectionReport | None = N
         cpu_target = target_kind(tgt).cpu
         with tgt:
             seq = tvm.transform.Sequential([
-                stage("graph", [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
+                stage("graph", ([] if cpu_target else [ExpandRunningExtremes()])  # host scans: data-parallel ops
+                      + [FoldBatchNorm(), rp.Canonicalize(), FoldPadIntoConv(), LayoutPolicy(tgt)]
                       + ([MergeNarrowGroups(lanes(tgt)), FuseCacheAppend(tgt), CheckTakeIndices(), FuseExpertGather(tgt)]
                          if cpu_target else [])
                       + ([BlockChannels(tgt, selector)] if cpu_target and block_channels() else [])

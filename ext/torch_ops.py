@@ -16,6 +16,9 @@ import math
 import tvm
 from tvm import relax
 
+from .relax_passes import running_extremes
+from .topi_kernels import scan
+
 
 def _dims(arg) -> list | None:
     """A ``dim`` argument as a list (None: all axes; ``[]`` means all axes in ATen too)."""
@@ -197,40 +200,18 @@ class ExtraOps(Emitting):
         return self._emit(relax.op.add(relax.op.log(total), m))
 
     def _cumulative_extreme(self, node, larger: bool):
-        """``cummax`` / ``cummin``: ``(values, indices)`` by a log-step scan, ``ceil(log2(n))``
-        rounds of ``out[j] = pick(out[j - s], out[j])`` for s = 1, 2, 4, ... As in PyTorch, a
-        later element equal to the running extreme takes its place (the index is the last one),
-        and NaN beats every number, a later NaN an earlier one."""
+        """``cummax`` / ``cummin``: ``(values, indices)`` by one sequential scan per line of the
+        axis (``topi_kernels.scan``: ties take the later index, NaN beats every number)."""
         x, dim = self.env[node.args[0]], node.args[1]
-        if any(not isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape):
-            raise NotImplementedError(f"{node.target}: symbolic sizes are not supported (static shapes only)")
-        shape = [int(d) for d in x.ty.shape]
-        dim %= len(shape)
-        n, dt = shape[dim], str(x.ty.dtype)
-        floating = "float" in dt
-        idx_shape = [n if i == dim else 1 for i in range(len(shape))]
-        values = x
-        index = self._emit(relax.op.broadcast_to(relax.op.reshape(relax.op.arange(0, n, 1, "int64"), idx_shape),
-                                                 shape))
-        compare = relax.op.greater_equal if larger else relax.op.less_equal
-        step = 1
-        while step < n:
-            lead = [step if i == dim else d for i, d in enumerate(shape)]
-            # the element ``step`` before; in front of the first ones an element every pick passes over
-            fill = relax.op.full(lead, relax.const(float("-inf") if larger else float("inf"), dt) if floating
-                                 else relax.const(-(2 ** 31) if larger else 2 ** 31 - 1, dt), dt)
-            before = self._emit(relax.op.concat([fill, relax.op.strided_slice(values, [dim], [0], [n - step])], dim))
-            before_at = self._emit(relax.op.concat([relax.op.zeros(lead, "int64"),
-                                                    relax.op.strided_slice(index, [dim], [0], [n - step])], dim))
-            keep = compare(values, before)
-            if floating:  # a NaN takes the place of anything, a NaN's place is taken by NaNs only
-                keep = relax.op.logical_or(relax.op.isnan(values),
-                                           relax.op.logical_and(relax.op.logical_not(relax.op.isnan(before)), keep))
-            keep = self._emit(keep)
-            values = self._emit(relax.op.where(keep, values, before))
-            index = self._emit(relax.op.where(keep, index, before_at))
-            step *= 2
-        return self._emit(relax.Tuple([values, index]))
+        if x.ty.ndim == 0:  # a 0-d tensor is its own running extreme, at index 0
+            return self._emit(relax.Tuple([x, relax.op.zeros((), "int64")]))
+        dim %= x.ty.ndim
+        out = self.block_builder.emit_te(scan.cumulative_extreme, x, dim, larger)
+        gv = self.block_builder.lookup_binding(out).args[0]
+        func = self.block_builder.get()[gv]  # marked: targets other than the CPU expand it (running_extremes)
+        func = func.with_attr(running_extremes.KIND_ATTR, "max" if larger else "min")
+        self.block_builder.update_func(gv, func.with_attr(running_extremes.AXIS_ATTR, dim))
+        return out
 
     # PyTorch passes an omitted pool stride as ``[]`` (the kernel size); the stock translations
     # took only None for that and gave Relax an empty stride (max_pool3d failed to build)

@@ -69,6 +69,10 @@ CASES = {
         *torch.cummax(torch.where(x > 1.2, float("nan"), (x * 2).round()), 1),
         *torch.cummin(torch.where(x < -1.5, float("nan"), (x * 2).round()), 0),
         *torch.cummax((x * 3).round().long(), 1))], 1), [(6, 13)]),
+    # the middle axis of three (lines strided by the last), an axis of one, a 0-d tensor
+    "cummin_3d": (lambda x: torch.cat([t.float() for t in (*torch.cummin((x * 2).round(), 1),
+                                                           *torch.cummax(x[:, :1], 1))], 1)
+                  + torch.cummax(x.sum(), 0)[0], [(3, 7, 5)]),
     # one sorted row per row of values (the leading axes alike), ties at both sides, a NaN value
     "searchsorted_batched": (lambda x: torch.searchsorted(torch.sort(x[:, :4], 1).values, torch.cat(
         [x[:, :4], x[:, :2], torch.full((3, 1), float("nan"))], 1)).float() + torch.searchsorted(
@@ -232,6 +236,9 @@ SYMBOLIC = {
     "median": lambda x: x.median(1)[0] + x.median(1)[1].float(),
     "var_mean": lambda x: torch.var_mean(x, 1)[0] + torch.var_mean(x, (1, 2), correction=2)[0][:, None],
     "index_put": lambda x: _put(x, (torch.tensor([0, -1]),), x[:2] * 2).sum(1),
+    # along the length (ties: the later index) and across it
+    "cummax_cummin": lambda x: (torch.cummax((x * 2).round(), 1)[1].float().sum(2) + torch.cummax(x, 1)[0].sum(2)
+                                + torch.cummin(x, 2)[1].float().sum(2)),
 }
 
 
@@ -272,3 +279,26 @@ def test_log_of_sigmoid_does_not_underflow(cpu_target):
 def test_as_strided_beyond_what_the_program_holds_is_refused(fn, match):
     with pytest.raises(NotImplementedError, match=match):
         from_torch(Call(fn).eval(), (torch.randn(3, 4),))
+
+
+def test_running_extremes_off_the_cpu_are_data_parallel(cpu_target):
+    """``cummax``/``cummin`` import as a host scan; for a GPU (kernels need bound threads)
+    ``ExpandRunningExtremes`` rewrites it as data-parallel ops, checked here on the CPU, and a
+    CUDA build keeps no host loop."""
+    from ext.relax_passes.running_extremes import ExpandRunningExtremes
+
+    model = Call(lambda x: torch.cat([t.float() for t in (*torch.cummax(torch.where(x > 1, float("nan"), x.round()), 1),
+                                                          *torch.cummin(x, 0))], 1)).eval()
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(3)) * 2
+    mod = from_torch(model, [x])
+    expanded = ExpandRunningExtremes()(mod)
+    assert not [gv for gv, f in expanded.functions_items() if isinstance(f, tvm.tirx.PrimFunc)], "scan left"
+    with torch.no_grad():
+        want = model(x).numpy()
+    got = relax.VirtualMachine(ext.build(expanded, cpu_target, cache=False, verbose=False), tvm.cpu())["main"](
+        tvm.runtime.tensor(x.numpy())).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-5, atol=1e-5, what="expanded scan")
+    ex = ext.build(mod, ext.target.cuda(arch="sm_90"), cache=False, verbose=False)
+    assert "parallel" not in ex.mod.inspect_source(), "a host loop in the CUDA build"
+
