@@ -28,8 +28,10 @@ def cumulative_extreme(data: te.Tensor, axis: int, larger: bool) -> list[te.Tens
     shape = [int(d) if isinstance(d, tirx.IntImm) else d for d in data.shape]
     n, before, after = shape[axis], _prod(shape[:axis]), _prod(shape[axis + 1:])
     floating = "float" in str(data.dtype)
-    lines = before * after if not isinstance(n, int) or n > 0 else 0  # an empty axis: nothing to write
-    if not isinstance(n, int):
+    lines = before * after  # none when the axis is empty: its first element is not there to write
+    if isinstance(n, int):
+        lines = lines if n > 0 else 0
+    else:
         lines = tirx.Select(n > 0, tirx.const(lines, "int64") if isinstance(lines, int) else lines,
                             tirx.const(0, "int64"))
 
